@@ -1,0 +1,172 @@
+//! Exact deduplication by content hash, and the ingestion pipeline that feeds it.
+//!
+//! Identical normalised content (name, description, instructions) from several places is one
+//! skill whose provenance lists every place. The same name with different content stays two
+//! skills: the hash, not the name, is the identity.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use crate::filter::{is_code_related, DropReason};
+use crate::readers::Item;
+use crate::skill::Skill;
+
+/// A deduplicated skill ready to load.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub content_hash: String,
+    pub skill: Skill,
+}
+
+impl Prepared {
+    pub fn locations(&self) -> Vec<String> {
+        self.skill
+            .provenance
+            .iter()
+            .filter_map(|p| p.get("location").and_then(Value::as_str).map(str::to_owned))
+            .collect()
+    }
+}
+
+/// What happened to the inputs before the database saw them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IngestCounts {
+    /// Inputs seen (files or records).
+    pub read: usize,
+    /// Inputs that became a skill (before deduplication).
+    pub kept: usize,
+    /// Dropped inputs by reason key.
+    pub dropped: BTreeMap<String, usize>,
+    /// Kept inputs folded into another one with the same content.
+    pub merged_duplicates: usize,
+    /// Every dropped input with its location and reason.
+    pub drop_log: Vec<(String, String)>,
+}
+
+impl IngestCounts {
+    pub fn dropped_total(&self) -> usize {
+        self.dropped.values().sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct PipelineOptions {
+    /// Apply the code filter (off for benchmark corpora).
+    pub code_filter: bool,
+}
+
+/// Merges provenance entries: an entry replaces one with the same `location`, others append.
+pub fn merge_provenance(into: &mut Vec<Value>, from: &[Value]) {
+    for entry in from {
+        let loc = entry.get("location");
+        match into.iter_mut().find(|e| loc.is_some() && e.get("location") == loc) {
+            Some(existing) => *existing = entry.clone(),
+            None => into.push(entry.clone()),
+        }
+    }
+}
+
+/// Accumulates items: counts, filters and deduplicates them, keeping first-seen order.
+#[derive(Debug)]
+pub struct Pipeline {
+    options: PipelineOptions,
+    counts: IngestCounts,
+    by_hash: HashMap<String, usize>,
+    skills: Vec<Prepared>,
+}
+
+impl Pipeline {
+    pub fn new(options: PipelineOptions) -> Self {
+        Pipeline { options, counts: IngestCounts::default(), by_hash: HashMap::new(), skills: Vec::new() }
+    }
+
+    pub fn drop(&mut self, location: String, reason: DropReason) {
+        *self.counts.dropped.entry(reason.key().to_owned()).or_insert(0) += 1;
+        self.counts.drop_log.push((location, reason.to_string()));
+    }
+
+    pub fn push(&mut self, item: Item) {
+        self.counts.read += 1;
+        let skill = match item {
+            Item::Dropped { location, reason } => return self.drop(location, reason),
+            Item::Skill(s) => s,
+        };
+        if self.options.code_filter && !is_code_related(&skill) {
+            let location = skill.provenance.first().and_then(|p| p.get("location")).and_then(Value::as_str);
+            return self.drop(location.unwrap_or(&skill.name).to_owned(), DropReason::NotCodeRelated);
+        }
+        self.counts.kept += 1;
+        let hash = skill.content_hash();
+        match self.by_hash.get(&hash) {
+            Some(&i) => {
+                self.counts.merged_duplicates += 1;
+                let target = &mut self.skills[i].skill;
+                merge_provenance(&mut target.provenance, &skill.provenance);
+                if target.category.is_none() {
+                    target.category = skill.category;
+                }
+            }
+            None => {
+                self.by_hash.insert(hash.clone(), self.skills.len());
+                self.skills.push(Prepared { content_hash: hash, skill });
+            }
+        }
+    }
+
+    pub fn finish(self) -> (Vec<Prepared>, IngestCounts) {
+        (self.skills, self.counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skill::provenance_entry;
+
+    fn item(name: &str, body: &str, location: &str) -> Item {
+        Item::Skill(Skill {
+            name: name.into(),
+            description: "desc".into(),
+            instructions: body.into(),
+            category: None,
+            license_field: None,
+            provenance: vec![provenance_entry(&[("location", Some(location.into()))])],
+        })
+    }
+
+    #[test]
+    fn identical_content_merges_and_same_name_stays_apart() {
+        let mut p = Pipeline::new(PipelineOptions { code_filter: false });
+        p.push(item("a", "```\nx\n```", "repo1:a"));
+        p.push(item("a", "```\nx\n```", "repo2:a"));
+        p.push(item("a", "```\ny\n```", "repo3:a"));
+        p.push(Item::Dropped { location: "repo1:bad".into(), reason: DropReason::Binary });
+        let (skills, counts) = p.finish();
+        assert_eq!(skills.len(), 2);
+        assert_eq!(skills[0].locations(), vec!["repo1:a", "repo2:a"]);
+        assert_eq!(skills[1].locations(), vec!["repo3:a"]);
+        assert_eq!((counts.read, counts.kept, counts.merged_duplicates, counts.dropped_total()), (4, 3, 1, 1));
+        assert_eq!(counts.read, counts.kept + counts.dropped_total());
+    }
+
+    #[test]
+    fn same_location_twice_is_one_provenance_entry() {
+        let mut p = Pipeline::new(PipelineOptions { code_filter: false });
+        p.push(item("a", "b", "repo1:a"));
+        p.push(item("a", "b", "repo1:a"));
+        let (skills, _) = p.finish();
+        assert_eq!(skills[0].skill.provenance.len(), 1);
+    }
+
+    #[test]
+    fn code_filter_drops_prose() {
+        let mut p = Pipeline::new(PipelineOptions { code_filter: true });
+        p.push(item("style", "Be polite in email.", "r:style"));
+        p.push(item("cli", "```sh\nls\n```", "r:cli"));
+        let (skills, counts) = p.finish();
+        assert_eq!(skills.len(), 1);
+        assert_eq!(counts.dropped.get("not_code_related"), Some(&1));
+        assert_eq!(counts.drop_log[0].0, "r:style");
+    }
+}

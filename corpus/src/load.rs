@@ -1,0 +1,118 @@
+//! Streams prepared skills into Postgres: `COPY` into a temporary staging table, then one call
+//! to `skills.apply_staging()` that upserts everything, all in one transaction. A failure
+//! anywhere rolls the whole load back, so a load never half-writes.
+
+use std::io::Write;
+
+use postgres::{Client, NoTls};
+
+use crate::dedup::Prepared;
+
+/// What the database did with the staged skills.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ApplyCounts {
+    /// Content not seen before: a new skill.
+    pub new: i64,
+    /// A known location whose content changed: the skill got a new version.
+    pub updated: i64,
+    /// Known content from a new place: provenance added to the existing skill.
+    pub merged: i64,
+    /// Known content from known places: nothing changed.
+    pub unchanged: i64,
+}
+
+pub fn connect(dsn: &str) -> Result<Client, postgres::Error> {
+    Client::connect(dsn, NoTls)
+}
+
+/// The size bound the server enforces (`pg_skills.max_document_size`), in bytes.
+pub fn server_max_document_bytes(client: &mut Client) -> Result<u64, postgres::Error> {
+    let row = client.query_one("SELECT skills.max_document_bytes()", &[])?;
+    Ok(row.get::<_, i64>(0) as u64)
+}
+
+/// Escapes a value for COPY's text format.
+fn copy_escape(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn copy_line(p: &Prepared) -> String {
+    let s = &p.skill;
+    let mut line = String::with_capacity(s.byte_len() + 256);
+    for (i, field) in [&p.content_hash, &s.name, &s.description, &s.instructions].iter().enumerate() {
+        if i > 0 {
+            line.push('\t');
+        }
+        copy_escape(&mut line, field);
+    }
+    line.push('\t');
+    match s.category {
+        Some(c) => line.push_str(c.as_str()),
+        None => line.push_str("\\N"),
+    }
+    line.push('\t');
+    copy_escape(&mut line, &serde_json::Value::Array(s.provenance.clone()).to_string());
+    line.push('\n');
+    line
+}
+
+/// Loads the skills in one transaction. `progress` is called after each staged skill.
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
+pub fn load(client: &mut Client, skills: &[Prepared], mut progress: impl FnMut(usize)) -> Result<ApplyCounts, LoadError> {
+    let mut tx = client.transaction()?;
+    tx.batch_execute(
+        "CREATE TEMP TABLE skill_staging (
+             content_hash text PRIMARY KEY,
+             name text NOT NULL,
+             description text NOT NULL,
+             instructions text NOT NULL,
+             category skills.category,
+             provenance jsonb NOT NULL
+         ) ON COMMIT DROP",
+    )?;
+    {
+        let mut writer = tx.copy_in(
+            "COPY skill_staging (content_hash, name, description, instructions, category, provenance) FROM STDIN",
+        )?;
+        for (i, p) in skills.iter().enumerate() {
+            writer.write_all(copy_line(p).as_bytes())?;
+            progress(i + 1);
+        }
+        writer.finish()?;
+    }
+    let row = tx.query_one("SELECT new_skills, updated, merged, unchanged FROM skills.apply_staging()", &[])?;
+    let counts = ApplyCounts { new: row.get(0), updated: row.get(1), merged: row.get(2), unchanged: row.get(3) };
+    tx.commit()?;
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skill::Skill;
+
+    #[test]
+    fn copy_lines_escape_control_characters() {
+        let p = Prepared {
+            content_hash: "h".into(),
+            skill: Skill {
+                name: "n\\x".into(),
+                description: "a\tb".into(),
+                instructions: "l1\nl2\r".into(),
+                category: None,
+                license_field: None,
+                provenance: vec![serde_json::json!({"location": "x\ny"})],
+            },
+        };
+        assert_eq!(copy_line(&p), "h\tn\\\\x\ta\\tb\tl1\\nl2\\r\t\\N\t[{\"location\":\"x\\\\ny\"}]\n");
+    }
+}

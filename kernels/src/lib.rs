@@ -1,0 +1,11 @@
+//! pgrx-free compute for pg_skills.
+//!
+//! Everything here is plain Rust, tested with `cargo test` and no Postgres. The extension crate
+//! only moves data between Postgres and these functions.
+//!
+//! - [`text`]: the analyzer every BM25 path uses (tantivy's tokenizer and filters).
+//! - [`bm25`]: the reference BM25 scorer. It scores by brute force and stays forever as the
+//!   oracle that any BM25 index must agree with.
+
+pub mod bm25;
+pub mod text;
