@@ -44,13 +44,12 @@ fn copy_escape(out: &mut String, s: &str) {
     }
 }
 
-fn copy_line(p: &Prepared) -> String {
+fn copy_line(ord: usize, p: &Prepared) -> String {
     let s = &p.skill;
     let mut line = String::with_capacity(s.byte_len() + 256);
-    for (i, field) in [&p.content_hash, &s.name, &s.description, &s.instructions].iter().enumerate() {
-        if i > 0 {
-            line.push('\t');
-        }
+    line.push_str(&ord.to_string());
+    for field in [&p.content_hash, &s.name, &s.description, &s.instructions] {
+        line.push('\t');
         copy_escape(&mut line, field);
     }
     line.push('\t');
@@ -71,6 +70,7 @@ pub fn load(client: &mut Client, skills: &[Prepared], mut progress: impl FnMut(u
     let mut tx = client.transaction()?;
     tx.batch_execute(
         "CREATE TEMP TABLE skill_staging (
+             ord bigint NOT NULL,
              content_hash text PRIMARY KEY,
              name text NOT NULL,
              description text NOT NULL,
@@ -81,10 +81,10 @@ pub fn load(client: &mut Client, skills: &[Prepared], mut progress: impl FnMut(u
     )?;
     {
         let mut writer = tx.copy_in(
-            "COPY skill_staging (content_hash, name, description, instructions, category, provenance) FROM STDIN",
+            "COPY skill_staging (ord, content_hash, name, description, instructions, category, provenance) FROM STDIN",
         )?;
         for (i, p) in skills.iter().enumerate() {
-            writer.write_all(copy_line(p).as_bytes())?;
+            writer.write_all(copy_line(i, p).as_bytes())?;
             progress(i + 1);
         }
         writer.finish()?;
@@ -113,6 +113,6 @@ mod tests {
                 provenance: vec![serde_json::json!({"location": "x\ny"})],
             },
         };
-        assert_eq!(copy_line(&p), "h\tn\\\\x\ta\\tb\tl1\\nl2\\r\t\\N\t[{\"location\":\"x\\\\ny\"}]\n");
+        assert_eq!(copy_line(7, &p), "7\th\tn\\\\x\ta\\tb\tl1\\nl2\\r\t\\N\t[{\"location\":\"x\\\\ny\"}]\n");
     }
 }

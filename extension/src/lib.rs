@@ -1,1 +1,36 @@
+//! pg_skills: the Postgres glue. Algorithms live in the pgrx-free crates
+//! (`pg_skills_kernels`, `pg_skills_corpus`); this crate maps them onto SQL.
+//!
+//! - [`guc`]: configuration (`pg_skills.*`).
+//! - [`schema`]: the SQL files in `sql/` that define tables, views, triggers and `skills.search`.
+//! - [`documents`]: per-document functions the trigger and loader share (hash, tokens, category).
+//! - [`search`]: the reference BM25 sequential scan behind `skills.search(..., method => 'bm25')`.
 
+use pgrx::prelude::*;
+
+mod documents;
+mod errors;
+mod guc;
+mod schema;
+mod search;
+
+::pgrx::pg_module_magic!(name, version);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::init();
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,40 @@
+//! Functions over one document, shared by the trigger on `skills.skill` and by the loader
+//! (which runs the same Rust code client-side, so both compute identical hashes and categories).
+
+use pgrx::prelude::*;
+
+use pg_skills_corpus::{category, skill};
+use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
+
+use crate::guc;
+
+/// sha256 (hex) of the normalised content; the identity of a skill.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn content_hash(name: &str, description: &str, instructions: &str) -> String {
+    skill::content_hash(name, description, instructions)
+}
+
+/// LLM prompt tokens (o200k_base) of the document as a prompt receives it.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
+    i32::try_from(skill::token_count(name, description, instructions)).unwrap_or(i32::MAX)
+}
+
+/// The classifier's label; `skills.classify` casts it to `skills.category`.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn classify_label(name: &str, description: &str, instructions: &str) -> &'static str {
+    category::classify(name, description, instructions).as_str()
+}
+
+/// `pg_skills.max_document_size` in bytes.
+#[pg_extern(stable, parallel_safe)]
+fn max_document_bytes() -> i64 {
+    guc::max_document_bytes()
+}
+
+/// The BM25 analyzer's tokens for a text (lowercased, stop words removed, stemmed when
+/// `pg_skills.bm25_stemming` is on): what a query is matched with.
+#[pg_extern(stable, parallel_safe, strict)]
+fn tokenize(input: &str) -> Vec<String> {
+    Analyzer::new(AnalyzerConfig { stemming: guc::BM25_STEMMING.get() }).tokens(input)
+}

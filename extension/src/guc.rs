@@ -1,0 +1,57 @@
+//! `pg_skills.*` settings, each with a unit where one applies and bounds.
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// Largest skill document (name + description + instructions), in kB.
+pub static MAX_DOCUMENT_SIZE_KB: GucSetting<i32> = GucSetting::<i32>::new(512);
+/// BM25 term-frequency saturation.
+pub static BM25_K1: GucSetting<f64> = GucSetting::<f64>::new(1.5);
+/// BM25 length normalisation.
+pub static BM25_B: GucSetting<f64> = GucSetting::<f64>::new(0.75);
+/// Whether the BM25 analyzer stems English words.
+pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+pub fn init() {
+    GucRegistry::define_int_guc(
+        c"pg_skills.max_document_size",
+        c"Largest skill document accepted (name + description + instructions).",
+        c"Inserts and updates of larger documents fail with SQLSTATE 54000; skills-load skips them.",
+        &MAX_DOCUMENT_SIZE_KB,
+        1,
+        100 * 1024,
+        GucContext::Userset,
+        GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_float_guc(
+        c"pg_skills.bm25_k1",
+        c"BM25 k1: term-frequency saturation.",
+        c"Used by the reference BM25 scorer. 0 ignores term frequency.",
+        &BM25_K1,
+        0.0,
+        10.0,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"pg_skills.bm25_b",
+        c"BM25 b: document length normalisation (0 = none, 1 = full).",
+        c"Used by the reference BM25 scorer.",
+        &BM25_B,
+        0.0,
+        1.0,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_skills.bm25_stemming",
+        c"Whether BM25 text analysis applies the English stemmer.",
+        c"Documents and queries are analysed the same way.",
+        &BM25_STEMMING,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+pub fn max_document_bytes() -> i64 {
+    MAX_DOCUMENT_SIZE_KB.get() as i64 * 1024
+}

@@ -1,0 +1,231 @@
+-- pg_skills SQL API written in SQL/PL/pgSQL (finalize: runs after the Rust functions exist).
+
+CREATE FUNCTION skills.classify(name text, description text, instructions text)
+RETURNS skills.category
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+RETURN skills.classify_label(name, description, instructions)::skills.category;
+COMMENT ON FUNCTION skills.classify(text, text, text) IS
+    'The deterministic category classifier (same rules as the loader; see README, Categories).';
+
+-- ---------------------------------------------------------------------------------------------
+-- Derived columns, validation and history: one BEFORE trigger.
+-- ---------------------------------------------------------------------------------------------
+CREATE FUNCTION skills.skill_before_write()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    limit_bytes bigint;
+    doc_bytes   bigint;
+BEGIN
+    IF TG_OP = 'UPDATE'
+       AND NEW.name = OLD.name
+       AND NEW.description = OLD.description
+       AND NEW.instructions = OLD.instructions THEN
+        -- Same content: derived columns stay; category and provenance may be edited.
+        NEW.content_hash := OLD.content_hash;
+        NEW.token_count := OLD.token_count;
+        NEW.version := OLD.version;
+        NEW.created_at := OLD.created_at;
+        NEW.category := coalesce(NEW.category, OLD.category);
+        IF (NEW.category, NEW.provenance) IS DISTINCT FROM (OLD.category, OLD.provenance) THEN
+            NEW.updated_at := now();
+        ELSE
+            NEW.updated_at := OLD.updated_at;
+        END IF;
+        RETURN NEW;
+    END IF;
+
+    IF NEW.name IS NULL OR btrim(NEW.name) = '' THEN
+        RAISE EXCEPTION 'a skill needs a non-empty name'
+            USING ERRCODE = 'check_violation',
+                  HINT = 'Use the skill''s identifier, e.g. the name: field of its SKILL.md front matter.';
+    END IF;
+    NEW.description := coalesce(NEW.description, '');
+    NEW.instructions := coalesce(NEW.instructions, '');
+
+    limit_bytes := skills.max_document_bytes();
+    doc_bytes := octet_length(NEW.name) + octet_length(NEW.description) + octet_length(NEW.instructions);
+    IF doc_bytes > limit_bytes THEN
+        RAISE EXCEPTION 'skill "%" is % bytes, over the limit of % bytes', left(NEW.name, 64), doc_bytes, limit_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = format('Shorten the document or raise pg_skills.max_document_size (now %s).',
+                                current_setting('pg_skills.max_document_size'));
+    END IF;
+
+    NEW.content_hash := skills.content_hash(NEW.name, NEW.description, NEW.instructions);
+    NEW.token_count := skills.token_count(NEW.name, NEW.description, NEW.instructions);
+    IF NEW.category IS NULL THEN
+        NEW.category := skills.classify(NEW.name, NEW.description, NEW.instructions);
+    END IF;
+
+    IF TG_OP = 'UPDATE' THEN
+        INSERT INTO skills.skill_version
+            (skill_id, version, name, description, instructions, category, provenance,
+             content_hash, token_count, valid_from)
+        VALUES
+            (OLD.id, OLD.version, OLD.name, OLD.description, OLD.instructions, OLD.category, OLD.provenance,
+             OLD.content_hash, OLD.token_count, OLD.updated_at);
+        NEW.version := OLD.version + 1;
+        NEW.created_at := OLD.created_at;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER skill_before_write
+    BEFORE INSERT OR UPDATE ON skills.skill
+    FOR EACH ROW EXECUTE FUNCTION skills.skill_before_write();
+
+-- ---------------------------------------------------------------------------------------------
+-- Provenance helpers and the loader's set-based upsert.
+-- ---------------------------------------------------------------------------------------------
+CREATE FUNCTION skills.provenance_locations(provenance jsonb)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+RETURN (SELECT coalesce(array_agg(e ->> 'location' ORDER BY ord) FILTER (WHERE e ? 'location'), '{}')
+        FROM jsonb_array_elements(provenance) WITH ORDINALITY AS t(e, ord));
+
+-- Entries of `incoming` replace entries of `existing` with the same location; others append.
+CREATE FUNCTION skills.merge_provenance(existing jsonb, incoming jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+RETURN (
+    SELECT coalesce(jsonb_agg(x.e ORDER BY x.ord), '[]'::jsonb)
+    FROM (
+        SELECT coalesce((SELECT n FROM jsonb_array_elements(incoming) AS n
+                         WHERE n ->> 'location' = o ->> 'location' LIMIT 1), o) AS e,
+               ord
+        FROM jsonb_array_elements(existing) WITH ORDINALITY AS t(o, ord)
+        UNION ALL
+        SELECT n, 1000000000 + ord
+        FROM jsonb_array_elements(incoming) WITH ORDINALITY AS u(n, ord)
+        WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(existing) AS o
+                          WHERE o ->> 'location' = n ->> 'location')
+    ) AS x);
+
+CREATE FUNCTION skills.drop_locations(provenance jsonb, locations text[])
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+RETURN (SELECT coalesce(jsonb_agg(e ORDER BY ord), '[]'::jsonb)
+        FROM jsonb_array_elements(provenance) WITH ORDINALITY AS t(e, ord)
+        WHERE NOT coalesce(e ->> 'location' = ANY (locations), false));
+
+-- Upserts the rows of pg_temp.skill_staging (filled by skills-load with COPY):
+--   content already stored, same places       -> unchanged
+--   content already stored, a new place       -> merged (provenance gains the place)
+--   new content at the places of one skill    -> updated (that skill's next version)
+--   new content otherwise                     -> new skill
+-- A place that now holds other content is removed from the skill that had it.
+CREATE FUNCTION skills.apply_staging(OUT new_skills bigint, OUT updated bigint, OUT merged bigint, OUT unchanged bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF to_regclass('pg_temp.skill_staging') IS NULL THEN
+        RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
+            USING ERRCODE = 'undefined_table',
+                  HINT = 'Load skills with the skills-load command, which creates and fills it.';
+    END IF;
+
+    SELECT count(*) INTO unchanged
+    FROM pg_temp.skill_staging AS st JOIN skills.skill AS s USING (content_hash)
+    WHERE s.provenance @> st.provenance;
+
+    WITH m AS (
+        UPDATE skills.skill AS s
+        SET provenance = skills.merge_provenance(s.provenance, st.provenance)
+        FROM pg_temp.skill_staging AS st
+        WHERE s.content_hash = st.content_hash AND NOT s.provenance @> st.provenance
+        RETURNING 1)
+    SELECT count(*) INTO merged FROM m;
+
+    DROP TABLE IF EXISTS pg_temp.skill_staging_fresh, pg_temp.skill_staging_pairs;
+    CREATE TEMP TABLE skill_staging_fresh ON COMMIT DROP AS
+        SELECT st.*, skills.provenance_locations(st.provenance) AS locs
+        FROM pg_temp.skill_staging AS st
+        WHERE NOT EXISTS (SELECT 1 FROM skills.skill AS s WHERE s.content_hash = st.content_hash);
+
+    -- A stored skill is updated in place when all its places now hold one new content.
+    CREATE TEMP TABLE skill_staging_pairs ON COMMIT DROP AS
+        WITH sl AS (SELECT s.id, l FROM skills.skill AS s, unnest(skills.provenance_locations(s.provenance)) AS l),
+             nloc AS (SELECT id, count(*) AS n FROM sl GROUP BY id),
+             fl AS (SELECT f.content_hash, l FROM pg_temp.skill_staging_fresh AS f, unnest(f.locs) AS l),
+             m AS (SELECT sl.id, fl.content_hash, count(*) AS n FROM sl JOIN fl USING (l) GROUP BY sl.id, fl.content_hash)
+        SELECT DISTINCT ON (m.id) m.id, m.content_hash
+        FROM m JOIN nloc USING (id)
+        WHERE m.n = nloc.n
+        ORDER BY m.id, m.content_hash;
+    DELETE FROM pg_temp.skill_staging_pairs AS p
+    WHERE EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS q WHERE q.content_hash = p.content_hash AND q.id < p.id);
+
+    UPDATE skills.skill AS s
+    SET name = f.name, description = f.description, instructions = f.instructions,
+        category = f.category, provenance = skills.merge_provenance(s.provenance, f.provenance)
+    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS f USING (content_hash)
+    WHERE s.id = p.id;
+    GET DIAGNOSTICS updated = ROW_COUNT;
+
+    INSERT INTO skills.skill (name, description, instructions, category, provenance)
+    SELECT f.name, f.description, f.instructions, f.category, f.provenance
+    FROM pg_temp.skill_staging_fresh AS f
+    WHERE NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash)
+    ORDER BY f.ord;
+    GET DIAGNOSTICS new_skills = ROW_COUNT;
+
+    -- Places that now hold other content leave the skill that had them.
+    UPDATE skills.skill AS s
+    SET provenance = skills.drop_locations(s.provenance, moved.locs)
+    FROM (
+        WITH sl AS (SELECT s2.id, s2.content_hash, l
+                    FROM skills.skill AS s2, unnest(skills.provenance_locations(s2.provenance)) AS l),
+             stl AS (SELECT st.content_hash, l
+                     FROM pg_temp.skill_staging AS st, unnest(skills.provenance_locations(st.provenance)) AS l)
+        SELECT sl.id, array_agg(DISTINCT sl.l) AS locs
+        FROM sl JOIN stl ON sl.l = stl.l AND sl.content_hash <> stl.content_hash
+        GROUP BY sl.id
+    ) AS moved
+    WHERE s.id = moved.id;
+END
+$$;
+COMMENT ON FUNCTION skills.apply_staging() IS 'Upsert step of skills-load: applies pg_temp.skill_staging in one statement batch.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Search: the FastAdapt request. Only bm25 exists so far (reference sequential scorer).
+-- ---------------------------------------------------------------------------------------------
+CREATE FUNCTION skills.search(
+    query text,
+    categories skills.category[] DEFAULT NULL,
+    k integer DEFAULT 10,
+    method text DEFAULT 'bm25')
+RETURNS TABLE (id bigint, name text, category skills.category, score double precision)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF query IS NULL THEN
+        RAISE EXCEPTION 'query must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the task description as text.';
+    END IF;
+    IF k IS NOT NULL AND k < 1 THEN
+        RAISE EXCEPTION 'k must be at least 1, got %', k
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for no limit on the number of results.';
+    END IF;
+    CASE lower(coalesce(method, 'bm25'))
+    WHEN 'bm25' THEN
+        RETURN QUERY
+            SELECT s.id, s.name, s.category, r.score
+            FROM skills.bm25_scan(query, k, categories::text[]) AS r
+            JOIN skills.skill AS s ON s.id = r.id
+            ORDER BY r.score DESC, s.id;
+    WHEN 'semantic', 'hybrid', 'graph', 'skilltrace', 'keyopt' THEN
+        RAISE EXCEPTION 'search method "%" is not available in this version', method
+            USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25.';
+    ELSE
+        RAISE EXCEPTION 'unknown search method "%"', method
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Valid methods: bm25, semantic, hybrid, graph, skilltrace, keyopt.';
+    END CASE;
+END
+$$;
+COMMENT ON FUNCTION skills.search(text, skills.category[], integer, text) IS
+    'Ranked skills for a task: score descending, then id. NULL categories = all pools; NULL k = no limit.';
