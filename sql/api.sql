@@ -140,7 +140,9 @@ BEGIN
         RETURNING 1)
     SELECT count(*) INTO merged FROM m;
 
-    DROP TABLE IF EXISTS pg_temp.skill_staging_fresh, pg_temp.skill_staging_pairs;
+    -- A second load in the same transaction replaces the work tables (no NOTICE when absent).
+    IF to_regclass('pg_temp.skill_staging_fresh') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_fresh; END IF;
+    IF to_regclass('pg_temp.skill_staging_pairs') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_pairs; END IF;
     CREATE TEMP TABLE skill_staging_fresh ON COMMIT DROP AS
         SELECT st.*, skills.provenance_locations(st.provenance) AS locs
         FROM pg_temp.skill_staging AS st
