@@ -5,7 +5,9 @@
 //! 2. Each category has a list of cue words and two-word phrases. A cue found in the name counts
 //!    4, in the description 2, in the instructions 1; in the instructions a cue counts at most
 //!    3 times, so one long document cannot drown the name and description.
-//! 3. The category with the highest total wins. Ties go to the earlier category in
+//! 3. `code_generation` cues are generic programming vocabulary that every skill uses, so its
+//!    total counts half: a specific activity wins unless the generic signal is twice as strong.
+//! 4. The category with the highest total wins. Ties go to the earlier category in
 //!    [`Category::TIE_ORDER`] (the more specific activity first). No cue at all means
 //!    `code_generation`, the pool of last resort for skills that produce code.
 //!
@@ -71,6 +73,8 @@ impl Category {
                 "web", "mobile", "api", "rest", "graphql", "grpc", "server", "handler", "crate",
                 "module", "feature", "prototype", "codegen", "type safe", "build a", "write code",
                 "new code", "cli", "websocket", "auth", "authentication", "orm", "schema",
+                "goroutine", "goroutines", "concurrency", "worker pool", "channels", "form", "forms",
+                "migration", "types",
             ],
             Category::Testing => &[
                 "test", "tests", "testing", "tested", "pytest", "jest", "vitest", "unittest",
@@ -190,7 +194,11 @@ pub fn scores(name: &str, description: &str, instructions: &str) -> [u32; 7] {
 
 pub fn classify(name: &str, description: &str, instructions: &str) -> Category {
     let s = scores(name, description, instructions);
-    let score_of = |c: Category| s[Category::ALL.iter().position(|x| *x == c).unwrap()];
+    // Compare doubled specific scores with the undoubled generic one (rule 3, in integers).
+    let score_of = |c: Category| {
+        let raw = s[Category::ALL.iter().position(|x| *x == c).unwrap()];
+        if c == Category::CodeGeneration { raw } else { 2 * raw }
+    };
     let best = Category::TIE_ORDER.iter().map(|c| score_of(*c)).max().unwrap_or(0);
     if best == 0 {
         return Category::CodeGeneration;

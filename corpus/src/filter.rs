@@ -74,6 +74,11 @@ pub const CODE_CUES: &[&str] = &[
     "tests", "debug", "bug", "refactor", "repository", "repo", "class", "module", "framework", "sdk",
     "json", "yaml", "http", "endpoint", "database", "docker", "npm", "pip", "cargo", "import",
     "variable", "syntax", "runtime", "server", "frontend", "backend", "react", "node", "terminal",
+    // infrastructure and operations guide code and configuration too
+    "nginx", "openssl", "linux", "config", "configuration", "kubernetes", "cluster", "deployment",
+    "index", "indexing", "query", "queries", "vector", "latency", "throughput", "scaling", "logging",
+    "logs", "certificate", "tls", "ssl", "systemd", "html", "css", "browser", "playwright",
+    "automation", "migration", "schema", "pr", "commit", "ci", "workflow", "i18n", "locale",
 ];
 
 /// Whether the skill produces or guides code (see the module documentation).

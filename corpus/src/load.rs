@@ -66,6 +66,23 @@ fn copy_line(ord: usize, p: &Prepared) -> String {
 /// Loads the skills in one transaction. `progress` is called after each staged skill.
 pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A readable account of a load error: the server's message, SQLSTATE, detail and hint.
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    match e.downcast_ref::<postgres::Error>().and_then(postgres::Error::as_db_error) {
+        Some(db) => {
+            let mut s = format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code());
+            if let Some(d) = db.detail() {
+                s.push_str(&format!("; detail: {d}"));
+            }
+            if let Some(h) = db.hint() {
+                s.push_str(&format!("; hint: {h}"));
+            }
+            s
+        }
+        None => e.to_string(),
+    }
+}
+
 pub fn load(client: &mut Client, skills: &[Prepared], mut progress: impl FnMut(usize)) -> Result<ApplyCounts, LoadError> {
     let mut tx = client.transaction()?;
     tx.batch_execute(

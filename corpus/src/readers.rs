@@ -68,6 +68,9 @@ pub struct TreeReader {
 
 impl TreeReader {
     pub fn read_file(&self, path: &Path) -> Item {
+        // The source root is canonical; make the file path comparable with it.
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let path = canonical.as_path();
         let rel = path.strip_prefix(&self.source.root).unwrap_or(path).to_string_lossy().into_owned();
         let location = format!("{}:{rel}", self.source.repository.as_deref().unwrap_or(&self.source.root.to_string_lossy()));
         match self.parse_file(path, &rel, &location) {

@@ -99,7 +99,7 @@ fn main() -> ExitCode {
     let max_bytes = match client.as_mut().map(load::server_max_document_bytes) {
         Some(Ok(b)) => b,
         Some(Err(e)) => {
-            eprintln!("skills-load: is the extension installed? (CREATE EXTENSION pg_skills): {e}");
+            eprintln!("skills-load: is the extension installed? (CREATE EXTENSION pg_skills): {}", load::describe(&e));
             return ExitCode::from(1);
         }
         None => ReadLimits::default().max_bytes,
@@ -163,7 +163,7 @@ fn main() -> ExitCode {
                 Ok(a) => a,
                 Err(e) => {
                     report(&args, &counts, None);
-                    eprintln!("skills-load: load failed, nothing was written: {e}");
+                    eprintln!("skills-load: load failed, nothing was written: {}", load::describe(e.as_ref()));
                     return ExitCode::from(1);
                 }
             }
