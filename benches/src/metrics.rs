@@ -1,0 +1,105 @@
+//! Ranking metrics at a cutoff, as BEIR / trec_eval define them (linear gain, log2 discount).
+//!
+//! A retrieved item is a skill, which may stand for several corpus documents when their content
+//! was identical (deduplicated on load). Its gain is the highest relevance among them; recall
+//! counts the relevant documents it covers.
+
+use std::collections::{HashMap, HashSet};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Metrics {
+    pub ndcg_at_10: f64,
+    pub recall_at_10: f64,
+    pub hit_at_1: f64,
+    pub mrr_at_10: f64,
+}
+
+pub const CUTOFF: usize = 10;
+
+/// Metrics of one query. `ranked[i]` is the set of document ids of the i-th result.
+pub fn query_metrics(ranked: &[Vec<String>], relevant: &HashMap<String, u32>) -> Metrics {
+    let top = &ranked[..ranked.len().min(CUTOFF)];
+    let gain = |docs: &Vec<String>| docs.iter().filter_map(|d| relevant.get(d)).copied().max().unwrap_or(0);
+    let dcg: f64 = top.iter().enumerate().map(|(i, docs)| gain(docs) as f64 / ((i + 2) as f64).log2()).sum();
+    let mut ideal: Vec<u32> = relevant.values().copied().collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let idcg: f64 = ideal.iter().take(CUTOFF).enumerate().map(|(i, g)| *g as f64 / ((i + 2) as f64).log2()).sum();
+    let covered: HashSet<&String> = top.iter().flatten().filter(|d| relevant.contains_key(*d)).collect();
+    let first_hit = top.iter().position(|docs| gain(docs) > 0);
+    Metrics {
+        ndcg_at_10: if idcg > 0.0 { dcg / idcg } else { 0.0 },
+        recall_at_10: if relevant.is_empty() { 0.0 } else { covered.len() as f64 / relevant.len() as f64 },
+        hit_at_1: if first_hit == Some(0) { 1.0 } else { 0.0 },
+        mrr_at_10: first_hit.map_or(0.0, |p| 1.0 / (p + 1) as f64),
+    }
+}
+
+/// Mean over queries.
+pub fn mean(per_query: &[Metrics]) -> Metrics {
+    let n = per_query.len().max(1) as f64;
+    let sum = per_query.iter().fold(Metrics::default(), |a, m| Metrics {
+        ndcg_at_10: a.ndcg_at_10 + m.ndcg_at_10,
+        recall_at_10: a.recall_at_10 + m.recall_at_10,
+        hit_at_1: a.hit_at_1 + m.hit_at_1,
+        mrr_at_10: a.mrr_at_10 + m.mrr_at_10,
+    });
+    Metrics {
+        ndcg_at_10: sum.ndcg_at_10 / n,
+        recall_at_10: sum.recall_at_10 / n,
+        hit_at_1: sum.hit_at_1 / n,
+        mrr_at_10: sum.mrr_at_10 / n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docs(ids: &[&str]) -> Vec<Vec<String>> {
+        ids.iter().map(|d| vec![d.to_string()]).collect()
+    }
+
+    fn rel(ids: &[&str]) -> HashMap<String, u32> {
+        ids.iter().map(|d| (d.to_string(), 1)).collect()
+    }
+
+    #[test]
+    fn perfect_ranking() {
+        let m = query_metrics(&docs(&["a", "b", "x"]), &rel(&["a", "b"]));
+        assert!((m.ndcg_at_10 - 1.0).abs() < 1e-12);
+        assert_eq!((m.recall_at_10, m.hit_at_1, m.mrr_at_10), (1.0, 1.0, 1.0));
+    }
+
+    #[test]
+    fn hand_computed_ndcg() {
+        // relevant a at rank 2, b at rank 4: DCG = 1/log2(3) + 1/log2(5); IDCG = 1 + 1/log2(3)
+        let m = query_metrics(&docs(&["x", "a", "y", "b"]), &rel(&["a", "b"]));
+        let expected = (1.0 / 3f64.log2() + 1.0 / 5f64.log2()) / (1.0 + 1.0 / 3f64.log2());
+        assert!((m.ndcg_at_10 - expected).abs() < 1e-12);
+        assert_eq!((m.recall_at_10, m.hit_at_1, m.mrr_at_10), (1.0, 0.0, 0.5));
+    }
+
+    #[test]
+    fn cutoff_and_misses() {
+        let mut ranked = docs(&["x"; 10]);
+        ranked.push(vec!["a".into()]);
+        let m = query_metrics(&ranked, &rel(&["a"]));
+        assert_eq!(m, Metrics::default());
+        assert_eq!(query_metrics(&[], &rel(&["a"])), Metrics::default());
+    }
+
+    #[test]
+    fn merged_documents_count_once_for_rank_and_fully_for_recall() {
+        let ranked = vec![vec!["a".to_string(), "b".to_string()]];
+        let m = query_metrics(&ranked, &rel(&["a", "b"]));
+        assert_eq!(m.recall_at_10, 1.0);
+        assert!((m.ndcg_at_10 - 1.0 / (1.0 + 1.0 / 3f64.log2())).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mean_of_queries() {
+        let a = Metrics { ndcg_at_10: 1.0, recall_at_10: 1.0, hit_at_1: 1.0, mrr_at_10: 1.0 };
+        let m = mean(&[a, Metrics::default()]);
+        assert_eq!(m.hit_at_1, 0.5);
+    }
+}
