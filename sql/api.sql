@@ -17,25 +17,8 @@ AS $$
 DECLARE
     limit_bytes bigint;
     doc_bytes   bigint;
+    new_hash    text;
 BEGIN
-    IF TG_OP = 'UPDATE'
-       AND NEW.name = OLD.name
-       AND NEW.description = OLD.description
-       AND NEW.instructions = OLD.instructions THEN
-        -- Same content: derived columns stay; category and provenance may be edited.
-        NEW.content_hash := OLD.content_hash;
-        NEW.token_count := OLD.token_count;
-        NEW.version := OLD.version;
-        NEW.created_at := OLD.created_at;
-        NEW.category := coalesce(NEW.category, OLD.category);
-        IF (NEW.category, NEW.provenance) IS DISTINCT FROM (OLD.category, OLD.provenance) THEN
-            NEW.updated_at := now();
-        ELSE
-            NEW.updated_at := OLD.updated_at;
-        END IF;
-        RETURN NEW;
-    END IF;
-
     IF NEW.name IS NULL OR btrim(NEW.name) = '' THEN
         RAISE EXCEPTION 'a skill needs a non-empty name'
             USING ERRCODE = 'check_violation',
@@ -43,6 +26,23 @@ BEGIN
     END IF;
     NEW.description := coalesce(NEW.description, '');
     NEW.instructions := coalesce(NEW.instructions, '');
+    new_hash := skills.content_hash(NEW.name, NEW.description, NEW.instructions);
+
+    IF TG_OP = 'UPDATE' AND new_hash = OLD.content_hash THEN
+        -- Same normalised content: derived columns stay; category and provenance may be edited.
+        NEW.content_hash := OLD.content_hash;
+        NEW.token_count := OLD.token_count;
+        NEW.version := OLD.version;
+        NEW.created_at := OLD.created_at;
+        NEW.category := coalesce(NEW.category, OLD.category);
+        IF (NEW.name, NEW.description, NEW.instructions, NEW.category, NEW.provenance)
+           IS DISTINCT FROM (OLD.name, OLD.description, OLD.instructions, OLD.category, OLD.provenance) THEN
+            NEW.updated_at := now();
+        ELSE
+            NEW.updated_at := OLD.updated_at;
+        END IF;
+        RETURN NEW;
+    END IF;
 
     limit_bytes := skills.max_document_bytes();
     doc_bytes := octet_length(NEW.name) + octet_length(NEW.description) + octet_length(NEW.instructions);
@@ -53,7 +53,7 @@ BEGIN
                                 current_setting('pg_skills.max_document_size'));
     END IF;
 
-    NEW.content_hash := skills.content_hash(NEW.name, NEW.description, NEW.instructions);
+    NEW.content_hash := new_hash;
     NEW.token_count := skills.token_count(NEW.name, NEW.description, NEW.instructions);
     IF NEW.category IS NULL THEN
         NEW.category := skills.classify(NEW.name, NEW.description, NEW.instructions);
@@ -65,7 +65,10 @@ BEGIN
              content_hash, token_count, valid_from)
         VALUES
             (OLD.id, OLD.version, OLD.name, OLD.description, OLD.instructions, OLD.category, OLD.provenance,
-             OLD.content_hash, OLD.token_count, OLD.updated_at);
+             OLD.content_hash, OLD.token_count,
+             -- a version starts where the previous one ended (or at creation)
+             coalesce((SELECT max(v.valid_to) FROM skills.skill_version AS v WHERE v.skill_id = OLD.id),
+                      OLD.created_at));
         NEW.version := OLD.version + 1;
         NEW.created_at := OLD.created_at;
         NEW.updated_at := now();
@@ -113,7 +116,8 @@ RETURN (SELECT coalesce(jsonb_agg(e ORDER BY ord), '[]'::jsonb)
         WHERE NOT coalesce(e ->> 'location' = ANY (locations), false));
 
 -- Upserts the rows of pg_temp.skill_staging (filled by skills-load with COPY):
---   content already stored, same places       -> unchanged
+--   content already stored, same places       -> unchanged (provenance details such as the
+--                                                commit are refreshed if they changed)
 --   content already stored, a new place       -> merged (provenance gains the place)
 --   new content at the places of one skill    -> updated (that skill's next version)
 --   new content otherwise                     -> new skill
@@ -128,17 +132,25 @@ BEGIN
                   HINT = 'Load skills with the skills-load command, which creates and fills it.';
     END IF;
 
-    SELECT count(*) INTO unchanged
-    FROM pg_temp.skill_staging AS st JOIN skills.skill AS s USING (content_hash)
-    WHERE s.provenance @> st.provenance;
+    -- The loader and this extension must normalise and hash alike (same build).
+    IF EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st
+               WHERE st.content_hash <> skills.content_hash(st.name, st.description, st.instructions)) THEN
+        RAISE EXCEPTION 'staged content hashes differ from the extension''s content_hash()'
+            USING ERRCODE = 'data_exception',
+                  HINT = 'Use a skills-load built from the same pg_skills version as the installed extension.';
+    END IF;
 
-    WITH m AS (
-        UPDATE skills.skill AS s
-        SET provenance = skills.merge_provenance(s.provenance, st.provenance)
-        FROM pg_temp.skill_staging AS st
-        WHERE s.content_hash = st.content_hash AND NOT s.provenance @> st.provenance
-        RETURNING 1)
-    SELECT count(*) INTO merged FROM m;
+    -- Known content: unchanged when all its staged places are known, else the new places merge in.
+    SELECT count(*) FILTER (WHERE skills.provenance_locations(st.provenance) <@ skills.provenance_locations(s.provenance)),
+           count(*) FILTER (WHERE NOT skills.provenance_locations(st.provenance) <@ skills.provenance_locations(s.provenance))
+    INTO unchanged, merged
+    FROM pg_temp.skill_staging AS st JOIN skills.skill AS s USING (content_hash);
+
+    -- Write only where provenance differs (new places, or details such as the commit refreshed).
+    UPDATE skills.skill AS s
+    SET provenance = skills.merge_provenance(s.provenance, st.provenance)
+    FROM pg_temp.skill_staging AS st
+    WHERE s.content_hash = st.content_hash AND NOT s.provenance @> st.provenance;
 
     -- A second load in the same transaction replaces the work tables (no NOTICE when absent).
     IF to_regclass('pg_temp.skill_staging_fresh') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_fresh; END IF;
@@ -207,10 +219,6 @@ BEGIN
     IF query IS NULL THEN
         RAISE EXCEPTION 'query must not be NULL'
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the task description as text.';
-    END IF;
-    IF k IS NOT NULL AND k < 1 THEN
-        RAISE EXCEPTION 'k must be at least 1, got %', k
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for no limit on the number of results.';
     END IF;
     CASE lower(coalesce(method, 'bm25'))
     WHEN 'bm25' THEN

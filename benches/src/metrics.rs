@@ -2,7 +2,8 @@
 //!
 //! A retrieved item is a skill, which may stand for several corpus documents when their content
 //! was identical (deduplicated on load). Its gain is the highest relevance among them; recall
-//! counts the relevant documents it covers.
+//! counts the relevant documents it covers. The ideal ranking is built over the same units (the
+//! relevant documents grouped by the skill that holds them), so a perfect ranking scores 1.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,12 +17,24 @@ pub struct Metrics {
 
 pub const CUTOFF: usize = 10;
 
-/// Metrics of one query. `ranked[i]` is the set of document ids of the i-th result.
-pub fn query_metrics(ranked: &[Vec<String>], relevant: &HashMap<String, u32>) -> Metrics {
+/// Metrics of one query. `ranked[i]` is the set of document ids of the i-th result;
+/// `unit_of(doc)` names the retrievable unit (skill) holding a document, if it was loaded.
+pub fn query_metrics(
+    ranked: &[Vec<String>],
+    relevant: &HashMap<String, u32>,
+    unit_of: impl Fn(&str) -> Option<i64>,
+) -> Metrics {
     let top = &ranked[..ranked.len().min(CUTOFF)];
     let gain = |docs: &Vec<String>| docs.iter().filter_map(|d| relevant.get(d)).copied().max().unwrap_or(0);
     let dcg: f64 = top.iter().enumerate().map(|(i, docs)| gain(docs) as f64 / ((i + 2) as f64).log2()).sum();
-    let mut ideal: Vec<u32> = relevant.values().copied().collect();
+    // Best grade per unit; a relevant document that was not loaded is a unit of its own.
+    let mut per_unit: HashMap<Result<i64, &str>, u32> = HashMap::new();
+    for (doc, grade) in relevant {
+        let unit = unit_of(doc).ok_or(doc.as_str());
+        let g = per_unit.entry(unit).or_insert(0);
+        *g = (*g).max(*grade);
+    }
+    let mut ideal: Vec<u32> = per_unit.into_values().collect();
     ideal.sort_unstable_by(|a, b| b.cmp(a));
     let idcg: f64 = ideal.iter().take(CUTOFF).enumerate().map(|(i, g)| *g as f64 / ((i + 2) as f64).log2()).sum();
     let covered: HashSet<&String> = top.iter().flatten().filter(|d| relevant.contains_key(*d)).collect();
@@ -63,9 +76,13 @@ mod tests {
         ids.iter().map(|d| (d.to_string(), 1)).collect()
     }
 
+    fn each_doc_its_own_unit(d: &str) -> Option<i64> {
+        Some(d.bytes().map(i64::from).sum())
+    }
+
     #[test]
     fn perfect_ranking() {
-        let m = query_metrics(&docs(&["a", "b", "x"]), &rel(&["a", "b"]));
+        let m = query_metrics(&docs(&["a", "b", "x"]), &rel(&["a", "b"]), each_doc_its_own_unit);
         assert!((m.ndcg_at_10 - 1.0).abs() < 1e-12);
         assert_eq!((m.recall_at_10, m.hit_at_1, m.mrr_at_10), (1.0, 1.0, 1.0));
     }
@@ -73,7 +90,7 @@ mod tests {
     #[test]
     fn hand_computed_ndcg() {
         // relevant a at rank 2, b at rank 4: DCG = 1/log2(3) + 1/log2(5); IDCG = 1 + 1/log2(3)
-        let m = query_metrics(&docs(&["x", "a", "y", "b"]), &rel(&["a", "b"]));
+        let m = query_metrics(&docs(&["x", "a", "y", "b"]), &rel(&["a", "b"]), each_doc_its_own_unit);
         let expected = (1.0 / 3f64.log2() + 1.0 / 5f64.log2()) / (1.0 + 1.0 / 3f64.log2());
         assert!((m.ndcg_at_10 - expected).abs() < 1e-12);
         assert_eq!((m.recall_at_10, m.hit_at_1, m.mrr_at_10), (1.0, 0.0, 0.5));
@@ -83,16 +100,20 @@ mod tests {
     fn cutoff_and_misses() {
         let mut ranked = docs(&["x"; 10]);
         ranked.push(vec!["a".into()]);
-        let m = query_metrics(&ranked, &rel(&["a"]));
+        let m = query_metrics(&ranked, &rel(&["a"]), each_doc_its_own_unit);
         assert_eq!(m, Metrics::default());
-        assert_eq!(query_metrics(&[], &rel(&["a"])), Metrics::default());
+        assert_eq!(query_metrics(&[], &rel(&["a"]), |_| None), Metrics::default());
     }
 
     #[test]
-    fn merged_documents_count_once_for_rank_and_fully_for_recall() {
+    fn merged_documents_are_one_unit() {
+        // a and b were merged into skill 7: retrieving it first is a perfect ranking
         let ranked = vec![vec!["a".to_string(), "b".to_string()]];
-        let m = query_metrics(&ranked, &rel(&["a", "b"]));
+        let m = query_metrics(&ranked, &rel(&["a", "b"]), |_| Some(7));
         assert_eq!(m.recall_at_10, 1.0);
+        assert!((m.ndcg_at_10 - 1.0).abs() < 1e-12);
+        // a relevant document that was never loaded still counts in the ideal ranking
+        let m = query_metrics(&ranked, &rel(&["a", "b", "c"]), |d| (d != "c").then_some(7));
         assert!((m.ndcg_at_10 - 1.0 / (1.0 + 1.0 / 3f64.log2())).abs() < 1e-12);
     }
 

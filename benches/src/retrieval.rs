@@ -64,8 +64,8 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
     let mut admin = Client::connect(&args.dsn, NoTls)?;
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))?;
     admin.batch_execute(&format!("CREATE DATABASE {db}"))?;
-    let dsn = format!("{} dbname={db}", args.dsn);
-    let mut client = Client::connect(&dsn, NoTls)?;
+    let mut config: postgres::Config = args.dsn.parse()?;
+    let mut client = config.dbname(&db).connect(NoTls)?;
     client.batch_execute("CREATE EXTENSION pg_skills")?;
 
     let load_start = Instant::now();
@@ -77,13 +77,15 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
     let applied = load::load(&mut client, &skills, |_| {})?;
     let load_secs = load_start.elapsed().as_secs_f64();
 
-    // skill id -> the corpus documents it stands for
+    // skill id -> the corpus documents it stands for, and back
     let mut docs_of: HashMap<i64, Vec<String>> = HashMap::new();
+    let mut skill_of: HashMap<String, i64> = HashMap::new();
     for row in client.query(
         "SELECT s.id, e ->> 'doc_id' FROM skills.skill s, jsonb_array_elements(s.provenance) e WHERE e ? 'doc_id'",
         &[],
     )? {
         docs_of.entry(row.get(0)).or_default().push(row.get(1));
+        skill_of.insert(row.get(1), row.get(0));
     }
 
     let qrels = read_qrels(&dataset)?;
@@ -101,7 +103,7 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
         latencies.push(t.elapsed().as_secs_f64() * 1000.0);
         let ranked: Vec<Vec<String>> =
             rows.iter().map(|r| docs_of.get(&r.get::<_, i64>(0)).cloned().unwrap_or_default()).collect();
-        per_query.push(query_metrics(&ranked, &qrels[qid]));
+        per_query.push(query_metrics(&ranked, &qrels[qid], |d| skill_of.get(d).copied()));
     }
     let run_secs = run_start.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);

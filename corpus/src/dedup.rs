@@ -21,12 +21,13 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn locations(&self) -> Vec<String> {
-        self.skill
-            .provenance
-            .iter()
-            .filter_map(|p| p.get("location").and_then(Value::as_str).map(str::to_owned))
-            .collect()
+        locations_of(&self.skill.provenance)
     }
+}
+
+/// The `location` of every provenance entry that has one.
+pub fn locations_of(provenance: &[Value]) -> Vec<String> {
+    provenance.iter().filter_map(|p| p.get("location").and_then(Value::as_str).map(str::to_owned)).collect()
 }
 
 /// What happened to the inputs before the database saw them.
@@ -73,12 +74,20 @@ pub struct Pipeline {
     options: PipelineOptions,
     counts: IngestCounts,
     by_hash: HashMap<String, usize>,
+    /// location -> content hash, to refuse two contents at one place
+    hash_at: HashMap<String, String>,
     skills: Vec<Prepared>,
 }
 
 impl Pipeline {
     pub fn new(options: PipelineOptions) -> Self {
-        Pipeline { options, counts: IngestCounts::default(), by_hash: HashMap::new(), skills: Vec::new() }
+        Pipeline {
+            options,
+            counts: IngestCounts::default(),
+            by_hash: HashMap::new(),
+            hash_at: HashMap::new(),
+            skills: Vec::new(),
+        }
     }
 
     pub fn drop(&mut self, location: String, reason: DropReason) {
@@ -96,8 +105,15 @@ impl Pipeline {
             let location = skill.provenance.first().and_then(|p| p.get("location")).and_then(Value::as_str);
             return self.drop(location.unwrap_or(&skill.name).to_owned(), DropReason::NotCodeRelated);
         }
-        self.counts.kept += 1;
         let hash = skill.content_hash();
+        let locations = locations_of(&skill.provenance);
+        if let Some(clash) = locations.iter().find(|l| self.hash_at.get(*l).is_some_and(|h| *h != hash)) {
+            return self.drop(clash.clone(), DropReason::DuplicateLocation(clash.clone()));
+        }
+        for l in locations {
+            self.hash_at.insert(l, hash.clone());
+        }
+        self.counts.kept += 1;
         match self.by_hash.get(&hash) {
             Some(&i) => {
                 self.counts.merged_duplicates += 1;
@@ -157,6 +173,18 @@ mod tests {
         p.push(item("a", "b", "repo1:a"));
         let (skills, _) = p.finish();
         assert_eq!(skills[0].skill.provenance.len(), 1);
+    }
+
+    #[test]
+    fn two_contents_at_one_location_keep_the_first() {
+        let mut p = Pipeline::new(PipelineOptions { code_filter: false });
+        p.push(item("a", "one", "repo:a"));
+        p.push(item("a", "two", "repo:a"));
+        let (skills, counts) = p.finish();
+        assert_eq!(skills.len(), 1);
+        assert_eq!(skills[0].skill.instructions, "one");
+        assert_eq!(counts.dropped.get("duplicate_location"), Some(&1));
+        assert_eq!(counts.read, counts.kept + counts.dropped_total());
     }
 
     #[test]

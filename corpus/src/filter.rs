@@ -25,6 +25,8 @@ pub enum DropReason {
     MissingName(String),
     Empty,
     NotCodeRelated,
+    /// A second, different content claims a place (location) already read in this load.
+    DuplicateLocation(String),
 }
 
 impl DropReason {
@@ -40,6 +42,7 @@ impl DropReason {
             DropReason::MissingName(_) => "missing_name",
             DropReason::Empty => "empty",
             DropReason::NotCodeRelated => "not_code_related",
+            DropReason::DuplicateLocation(_) => "duplicate_location",
         }
     }
 }
@@ -56,6 +59,7 @@ impl fmt::Display for DropReason {
             DropReason::MissingName(e) => write!(f, "missing_name: {e}"),
             DropReason::Empty => f.write_str("empty: no description and no instructions"),
             DropReason::NotCodeRelated => f.write_str("not_code_related: no code block and too few programming terms"),
+            DropReason::DuplicateLocation(l) => write!(f, "duplicate_location: {l} already holds other content in this load"),
         }
     }
 }

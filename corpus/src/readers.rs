@@ -180,7 +180,8 @@ fn reject_nul(skill: &Skill) -> Result<(), DropReason> {
 /// JSONL records: `{"name", "description", "instructions" (or "body"), "category"?, "license"?,
 /// "id"?, "provenance"? (an object merged into the provenance entry)}`.
 pub fn read_jsonl(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<Item>> {
-    let file = path.to_string_lossy().into_owned();
+    // Locations must not depend on how the path was typed.
+    let file = path.canonicalize()?.to_string_lossy().into_owned();
     Ok(json_lines(path, limits)?
         .into_iter()
         .map(|(line_no, line)| {

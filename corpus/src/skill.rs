@@ -104,10 +104,27 @@ fn parse_front_matter(yaml: &str) -> Result<FrontMatter, DropReason> {
     })
 }
 
+/// The first ATX heading (`#` to `######` then a space) outside fenced code blocks.
 fn first_heading(body: &str) -> Option<String> {
-    body.lines()
-        .find_map(|l| l.strip_prefix('#').map(|h| h.trim_start_matches('#').trim().to_owned()))
-        .filter(|h| !h.is_empty())
+    let mut in_fence = false;
+    for line in body.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        let hashes = t.chars().take_while(|c| *c == '#').count();
+        if (1..=6).contains(&hashes) && t[hashes..].starts_with(' ') {
+            let h = t[hashes..].trim();
+            if !h.is_empty() {
+                return Some(h.to_owned());
+            }
+        }
+    }
+    None
 }
 
 /// First paragraph of the body that is not a heading, as one line.
@@ -194,6 +211,8 @@ mod tests {
         assert_eq!(s.description, "Split work across cores.");
         let s = parse_skill_md("Just text without heading.", Some("folder-name")).unwrap();
         assert_eq!(s.name, "folder-name");
+        let s = parse_skill_md("```bash\n#!/usr/bin/env bash\n# comment\n```\n#hashtag\n\n## Real Title\n", Some("f")).unwrap();
+        assert_eq!(s.name, "Real Title");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Where a tree of SKILL.md files comes from: repository, commit and licence.
 //!
-//! Order of evidence: explicit values from the caller, then git (`origin` remote, `HEAD`),
-//! then a mirror manifest (`SOURCE.md` at the tree root with `- Repository: URL` and
-//! `- Commit: SHA` lines, as in mirrored snapshots that have no `.git`).
+//! Order of evidence: explicit values from the caller, then a mirror manifest (`SOURCE.md` at
+//! the tree root with `- Repository: URL` and `- Commit: SHA` lines, as in mirrored snapshots
+//! that carry no `.git` and may sit inside another checkout), then git (`origin`, `HEAD`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +35,14 @@ fn manifest_value(text: &str, key: &str) -> Option<String> {
 impl SourceInfo {
     pub fn detect(tree: &Path, repository: Option<String>, commit: Option<String>) -> SourceInfo {
         let tree = tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf());
+        let manifest = std::fs::read_to_string(tree.join("SOURCE.md")).unwrap_or_default();
+        if let Some(manifest_repo) = manifest_value(&manifest, "Repository") {
+            return SourceInfo {
+                repository: repository.or(Some(manifest_repo)),
+                commit: commit.or_else(|| manifest_value(&manifest, "Commit")),
+                root: tree,
+            };
+        }
         if let Some(top) = git(&tree, &["rev-parse", "--show-toplevel"]) {
             return SourceInfo {
                 root: PathBuf::from(top),
@@ -42,12 +50,7 @@ impl SourceInfo {
                 commit: commit.or_else(|| git(&tree, &["rev-parse", "HEAD"])),
             };
         }
-        let manifest = std::fs::read_to_string(tree.join("SOURCE.md")).unwrap_or_default();
-        SourceInfo {
-            repository: repository.or_else(|| manifest_value(&manifest, "Repository")),
-            commit: commit.or_else(|| manifest_value(&manifest, "Commit")),
-            root: tree,
-        }
+        SourceInfo { repository, commit, root: tree }
     }
 
     /// A browsable URL for a file, when the repository is on GitHub and the commit is known.
@@ -119,6 +122,18 @@ mod tests {
         assert_eq!(manifest_value(m, "Repository").as_deref(), Some("https://github.com/obra/superpowers"));
         assert_eq!(manifest_value(m, "Commit").as_deref(), Some("44c9b2d"));
         assert_eq!(manifest_value(m, "Licence"), None);
+    }
+
+    #[test]
+    fn manifest_wins_over_an_enclosing_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("SOURCE.md"), "- Repository: https://github.com/a/b\n- Commit: `c0ffee`\n").unwrap();
+        let s = SourceInfo::detect(dir.path(), None, None);
+        assert_eq!(s.repository.as_deref(), Some("https://github.com/a/b"));
+        assert_eq!(s.commit.as_deref(), Some("c0ffee"));
+        assert_eq!(s.root, dir.path().canonicalize().unwrap());
+        let s = SourceInfo::detect(dir.path(), Some("https://example.org/x".into()), None);
+        assert_eq!(s.repository.as_deref(), Some("https://example.org/x"));
     }
 
     #[test]

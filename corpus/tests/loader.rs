@@ -34,12 +34,13 @@ impl TestDb {
     }
 
     fn dsn(&self) -> String {
-        // A later key=value overrides an earlier one.
+        // key=value form (a later key overrides an earlier one); URLs are not used here
         format!("{} dbname={}", self.admin, self.name)
     }
 
     fn client(&self) -> Client {
-        Client::connect(&self.dsn(), NoTls).unwrap()
+        let mut config: postgres::Config = self.admin.parse().unwrap();
+        config.dbname(&self.name).connect(NoTls).unwrap()
     }
 
     fn count(&self, sql: &str) -> i64 {

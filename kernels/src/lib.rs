@@ -6,6 +6,9 @@
 //! - [`text`]: the analyzer every BM25 path uses (tantivy's tokenizer and filters).
 //! - [`bm25`]: the reference BM25 scorer. It scores by brute force and stays forever as the
 //!   oracle that any BM25 index must agree with.
+//! - [`vector`]: inner product, cosine and L2 kernels (f32, f16) via simsimd with a scalar twin,
+//!   and batched scoring of one query against many contiguous keys.
 
 pub mod bm25;
 pub mod text;
+pub mod vector;

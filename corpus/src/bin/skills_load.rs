@@ -84,6 +84,10 @@ fn main() -> ExitCode {
         eprintln!("skills-load: nothing to load; pass --tree, --jsonl or --beir (see --help)");
         return ExitCode::from(2);
     }
+    if args.trees.len() > 1 && (args.repository.is_some() || args.commit.is_some()) {
+        eprintln!("skills-load: --repository/--commit describe one tree; load several trees in separate runs");
+        return ExitCode::from(2);
+    }
     let dsn = args.dsn.clone().unwrap_or_else(default_dsn);
     let mut client = if args.dry_run {
         None

@@ -22,6 +22,8 @@ SELECT count(*) FROM skills.skill WHERE name = 'pytest-fixtures';
 -- Category edits keep the version; content edits make a new one and keep the old in history.
 UPDATE skills.skill SET category = 'docs_tooling' WHERE description = 'Another take on fixtures.';
 UPDATE skills.skill SET description = 'Fixtures, revised.' WHERE description = 'Another take on fixtures.';
+-- Whitespace-only edits normalise to the same content: no new version, no history row.
+UPDATE skills.skill SET instructions = instructions || E'  \n\n' WHERE category = 'testing';
 SELECT name, description, category, version FROM skills.skill ORDER BY id;
 SELECT skill_id > 0 AS has_skill, version, description FROM skills.skill_version;
 
