@@ -28,9 +28,13 @@ pub struct ReadLimits {
     pub max_bytes: u64,
 }
 
+/// Default of `pg_skills.max_document_size` (kB); the extension's GUC uses it too. Loads read the
+/// server's current value; this default applies only where there is no server (`--dry-run`).
+pub const DEFAULT_MAX_DOCUMENT_KB: i32 = 512;
+
 impl Default for ReadLimits {
     fn default() -> Self {
-        ReadLimits { max_bytes: 512 * 1024 }
+        ReadLimits { max_bytes: DEFAULT_MAX_DOCUMENT_KB as u64 * 1024 }
     }
 }
 

@@ -3,7 +3,8 @@
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// Largest skill document (name + description + instructions), in kB.
-pub static MAX_DOCUMENT_SIZE_KB: GucSetting<i32> = GucSetting::<i32>::new(512);
+pub static MAX_DOCUMENT_SIZE_KB: GucSetting<i32> =
+    GucSetting::<i32>::new(pg_skills_corpus::readers::DEFAULT_MAX_DOCUMENT_KB);
 /// BM25 term-frequency saturation.
 pub static BM25_K1: GucSetting<f64> = GucSetting::<f64>::new(1.5);
 /// BM25 length normalisation.
