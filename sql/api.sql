@@ -141,10 +141,10 @@ BEGIN
     END IF;
 
     -- Known content: unchanged when all its staged places are known, else the new places merge in.
-    SELECT count(*) FILTER (WHERE skills.provenance_locations(st.provenance) <@ skills.provenance_locations(s.provenance)),
-           count(*) FILTER (WHERE NOT skills.provenance_locations(st.provenance) <@ skills.provenance_locations(s.provenance))
+    SELECT count(*) FILTER (WHERE known), count(*) FILTER (WHERE NOT known)
     INTO unchanged, merged
-    FROM pg_temp.skill_staging AS st JOIN skills.skill AS s USING (content_hash);
+    FROM (SELECT skills.provenance_locations(st.provenance) <@ skills.provenance_locations(s.provenance) AS known
+          FROM pg_temp.skill_staging AS st JOIN skills.skill AS s USING (content_hash)) AS k;
 
     -- Write only where provenance differs (new places, or details such as the commit refreshed).
     UPDATE skills.skill AS s

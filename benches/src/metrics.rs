@@ -26,7 +26,7 @@ pub fn query_metrics(
 ) -> Metrics {
     let top = &ranked[..ranked.len().min(CUTOFF)];
     let gain = |docs: &Vec<String>| docs.iter().filter_map(|d| relevant.get(d)).copied().max().unwrap_or(0);
-    let dcg: f64 = top.iter().enumerate().map(|(i, docs)| gain(docs) as f64 / ((i + 2) as f64).log2()).sum();
+    let dcg = discounted(top.iter().map(gain));
     // Best grade per unit; a relevant document that was not loaded is a unit of its own.
     let mut per_unit: HashMap<Result<i64, &str>, u32> = HashMap::new();
     for (doc, grade) in relevant {
@@ -36,7 +36,7 @@ pub fn query_metrics(
     }
     let mut ideal: Vec<u32> = per_unit.into_values().collect();
     ideal.sort_unstable_by(|a, b| b.cmp(a));
-    let idcg: f64 = ideal.iter().take(CUTOFF).enumerate().map(|(i, g)| *g as f64 / ((i + 2) as f64).log2()).sum();
+    let idcg = discounted(ideal.into_iter().take(CUTOFF));
     let covered: HashSet<&String> = top.iter().flatten().filter(|d| relevant.contains_key(*d)).collect();
     let first_hit = top.iter().position(|docs| gain(docs) > 0);
     Metrics {
@@ -45,6 +45,11 @@ pub fn query_metrics(
         hit_at_1: if first_hit == Some(0) { 1.0 } else { 0.0 },
         mrr_at_10: first_hit.map_or(0.0, |p| 1.0 / (p + 1) as f64),
     }
+}
+
+/// Σ gain_i / log2(i + 2) over ranks i = 0, 1, ...
+fn discounted(gains: impl Iterator<Item = u32>) -> f64 {
+    gains.enumerate().map(|(i, g)| g as f64 / ((i + 2) as f64).log2()).sum()
 }
 
 /// Mean over queries.

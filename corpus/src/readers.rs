@@ -186,18 +186,27 @@ fn reject_nul(skill: &Skill) -> Result<(), DropReason> {
 pub fn read_jsonl(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<Item>> {
     // Locations must not depend on how the path was typed.
     let file = path.canonicalize()?.to_string_lossy().into_owned();
+    read_records(path, limits, |line_no| format!("jsonl:{file}#{line_no}"), |obj, location| {
+        if let Some(id) = string_field(obj, &["id"]) {
+            *location = format!("jsonl:{file}#{id}");
+        }
+        jsonl_record(obj, location)
+    })
+}
+
+/// One [`Item`] per JSON object line. `location` starts as `line_location(line number)`; `parse`
+/// may refine it (to a record id) before it is recorded in provenance or in a drop report.
+fn read_records(
+    path: &Path,
+    limits: ReadLimits,
+    line_location: impl Fn(usize) -> String,
+    parse: impl Fn(&serde_json::Map<String, Value>, &mut String) -> Result<Skill, DropReason>,
+) -> std::io::Result<Vec<Item>> {
     Ok(json_lines(path, limits)?
         .into_iter()
         .map(|(line_no, line)| {
-            let mut location = format!("jsonl:{file}#{line_no}");
-            let parsed = line.and_then(|l| {
-                let obj = parse_object(&l)?;
-                if let Some(id) = string_field(&obj, &["id"]) {
-                    location = format!("jsonl:{file}#{id}");
-                }
-                jsonl_record(&obj, &location)
-            });
-            match parsed {
+            let mut location = line_location(line_no);
+            match line.and_then(|l| parse(&parse_object(&l)?, &mut location)) {
                 Ok(s) => Item::Skill(s),
                 Err(reason) => Item::Dropped { location, reason },
             }
@@ -241,23 +250,11 @@ fn jsonl_record(obj: &serde_json::Map<String, Value>, location: &str) -> Result<
 /// BEIR `corpus.jsonl`: `{"_id", "title", "text"}`. A `text` with SKILL.md front matter is parsed
 /// as a SKILL.md; otherwise the text is the description (short) or the instructions (long).
 pub fn read_beir(path: &Path, dataset: &str, limits: ReadLimits) -> std::io::Result<Vec<Item>> {
-    Ok(json_lines(path, limits)?
-        .into_iter()
-        .map(|(line_no, line)| {
-            let mut location = format!("beir:{dataset}:line{line_no}");
-            let parsed = line.and_then(|l| {
-                let obj = parse_object(&l)?;
-                let id = string_field(&obj, &["_id"])
-                    .ok_or_else(|| DropReason::MissingName("BEIR record has no _id".into()))?;
-                location = format!("beir:{dataset}:{id}");
-                beir_record(&obj, &id, dataset, &location)
-            });
-            match parsed {
-                Ok(s) => Item::Skill(s),
-                Err(reason) => Item::Dropped { location, reason },
-            }
-        })
-        .collect())
+    read_records(path, limits, |line_no| format!("beir:{dataset}:line{line_no}"), |obj, location| {
+        let id = string_field(obj, &["_id"]).ok_or_else(|| DropReason::MissingName("BEIR record has no _id".into()))?;
+        *location = format!("beir:{dataset}:{id}");
+        beir_record(obj, &id, dataset, location)
+    })
 }
 
 /// Texts up to this many characters become the description of a non-SKILL.md BEIR document.

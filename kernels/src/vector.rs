@@ -110,19 +110,25 @@ pub fn cos_distance_f16(a: &[f16], b: &[f16]) -> f32 {
 /// Inner product of `query` with every key in `keys` (row-major, `query.len()` values per key).
 /// `out` receives one score per key.
 pub fn dot_batch(query: &[f32], keys: &[f32], out: &mut [f32]) {
-    let dim = query.len();
-    assert!(dim > 0 && keys.len() == dim * out.len(), "dot_batch: {} keys of {dim} need {} values, got {}", out.len(), dim * out.len(), keys.len());
-    for (row, score) in keys.chunks_exact(dim).zip(out.iter_mut()) {
-        *score = dot(query, row);
-    }
+    score_rows(query, keys, out, dot);
 }
 
 /// [`dot_batch`] over f16 keys (half the bytes per key).
 pub fn dot_batch_f16(query: &[f16], keys: &[f16], out: &mut [f32]) {
+    score_rows(query, keys, out, dot_f16);
+}
+
+fn score_rows<T>(query: &[T], keys: &[T], out: &mut [f32], kernel: fn(&[T], &[T]) -> f32) {
     let dim = query.len();
-    assert!(dim > 0 && keys.len() == dim * out.len(), "dot_batch_f16: {} keys of {dim} need {} values, got {}", out.len(), dim * out.len(), keys.len());
+    assert!(
+        dim > 0 && keys.len() == dim * out.len(),
+        "dot_batch: {} keys of {dim} need {} values, got {}",
+        out.len(),
+        dim * out.len(),
+        keys.len()
+    );
     for (row, score) in keys.chunks_exact(dim).zip(out.iter_mut()) {
-        *score = dot_f16(query, row);
+        *score = kernel(query, row);
     }
 }
 
