@@ -26,14 +26,26 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 
 fn single_pairs(c: &mut Criterion) {
     let (a, b) = (data(KEY_DIM, 1), data(KEY_DIM, 2));
-    let (ah, bh): (Vec<f16>, Vec<f16>) =
-        (a.iter().map(|x| f16::from_f32(*x)).collect(), b.iter().map(|x| f16::from_f32(*x)).collect());
+    let (ah, bh): (Vec<f16>, Vec<f16>) = (
+        a.iter().map(|x| f16::from_f32(*x)).collect(),
+        b.iter().map(|x| f16::from_f32(*x)).collect(),
+    );
     let mut g = c.benchmark_group("pair_512");
-    g.bench_function("dot_f32_simd", |bench| bench.iter(|| vector::dot(black_box(&a), black_box(&b))));
-    g.bench_function("dot_f32_scalar", |bench| bench.iter(|| vector::scalar::dot(black_box(&a), black_box(&b))));
-    g.bench_function("dot_f16_simd", |bench| bench.iter(|| vector::dot_f16(black_box(&ah), black_box(&bh))));
-    g.bench_function("cos_f32_simd", |bench| bench.iter(|| vector::cos_distance(black_box(&a), black_box(&b))));
-    g.bench_function("l2sq_f32_simd", |bench| bench.iter(|| vector::l2sq(black_box(&a), black_box(&b))));
+    g.bench_function("dot_f32_simd", |bench| {
+        bench.iter(|| vector::dot(black_box(&a), black_box(&b)))
+    });
+    g.bench_function("dot_f32_scalar", |bench| {
+        bench.iter(|| vector::scalar::dot(black_box(&a), black_box(&b)))
+    });
+    g.bench_function("dot_f16_simd", |bench| {
+        bench.iter(|| vector::dot_f16(black_box(&ah), black_box(&bh)))
+    });
+    g.bench_function("cos_f32_simd", |bench| {
+        bench.iter(|| vector::cos_distance(black_box(&a), black_box(&b)))
+    });
+    g.bench_function("l2sq_f32_simd", |bench| {
+        bench.iter(|| vector::l2sq(black_box(&a), black_box(&b)))
+    });
     g.finish();
 }
 
@@ -49,15 +61,25 @@ fn batched_vs_bandwidth(c: &mut Criterion) {
     let mut g = c.benchmark_group("stream_64k_keys");
     g.sample_size(20);
     g.throughput(Throughput::Bytes(bytes_f32));
-    g.bench_function("dot_batch_f32", |bench| bench.iter(|| vector::dot_batch(black_box(&q), black_box(&keys), &mut out)));
+    g.bench_function("dot_batch_f32", |bench| {
+        bench.iter(|| vector::dot_batch(black_box(&q), black_box(&keys), &mut out))
+    });
     let words: &[u64] = bytemuck::cast_slice(&keys);
     g.bench_function("read_bandwidth_sum_u64", |bench| {
-        bench.iter(|| black_box(words).iter().fold(0u64, |s, w| s.wrapping_add(*w)))
+        bench.iter(|| {
+            black_box(words)
+                .iter()
+                .fold(0u64, |s, w| s.wrapping_add(*w))
+        })
     });
     let mut dst = vec![0f32; keys.len()];
-    g.bench_function("memcpy", |bench| bench.iter(|| dst.copy_from_slice(black_box(&keys))));
+    g.bench_function("memcpy", |bench| {
+        bench.iter(|| dst.copy_from_slice(black_box(&keys)))
+    });
     g.throughput(Throughput::Bytes(bytes_f32 / 2));
-    g.bench_function("dot_batch_f16", |bench| bench.iter(|| vector::dot_batch_f16(black_box(&qh), black_box(&keys_h), &mut out)));
+    g.bench_function("dot_batch_f16", |bench| {
+        bench.iter(|| vector::dot_batch_f16(black_box(&qh), black_box(&keys_h), &mut out))
+    });
     g.finish();
 }
 

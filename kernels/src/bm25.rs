@@ -28,7 +28,11 @@ pub struct FieldWeights {
 
 impl Default for FieldWeights {
     fn default() -> Self {
-        FieldWeights { name: 1.0, description: 1.0, instructions: 1.0 }
+        FieldWeights {
+            name: 1.0,
+            description: 1.0,
+            instructions: 1.0,
+        }
     }
 }
 
@@ -41,7 +45,11 @@ pub struct Bm25Params {
 
 impl Default for Bm25Params {
     fn default() -> Self {
-        Bm25Params { k1: 1.5, b: 0.75, weights: FieldWeights::default() }
+        Bm25Params {
+            k1: 1.5,
+            b: 0.75,
+            weights: FieldWeights::default(),
+        }
     }
 }
 
@@ -55,9 +63,15 @@ impl Bm25Params {
         if !(0.0..=1.0).contains(&self.b) {
             return Err(format!("b must be between 0 and 1, got {}", self.b));
         }
-        for (field, v) in [("name", w.name), ("description", w.description), ("instructions", w.instructions)] {
+        for (field, v) in [
+            ("name", w.name),
+            ("description", w.description),
+            ("instructions", w.instructions),
+        ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("weight of {field} must be a finite number >= 0, got {v}"));
+                return Err(format!(
+                    "weight of {field} must be a finite number >= 0, got {v}"
+                ));
             }
         }
         if w.name + w.description + w.instructions <= 0.0 {
@@ -75,9 +89,16 @@ pub struct DocTerms {
 }
 
 /// Analyzes the three fields of a skill into one weighted bag of terms.
-pub fn analyze_fields(analyzer: &mut Analyzer, fields: [&str; 3], weights: FieldWeights) -> DocTerms {
+pub fn analyze_fields(
+    analyzer: &mut Analyzer,
+    fields: [&str; 3],
+    weights: FieldWeights,
+) -> DocTerms {
     let mut doc = DocTerms::default();
-    for (text, w) in fields.iter().zip([weights.name, weights.description, weights.instructions]) {
+    for (text, w) in fields
+        .iter()
+        .zip([weights.name, weights.description, weights.instructions])
+    {
         if w == 0.0 {
             continue;
         }
@@ -123,7 +144,11 @@ impl ReferenceScorer {
     }
 
     pub fn add(&mut self, id: i64, name: &str, description: &str, instructions: &str) {
-        let doc = analyze_fields(&mut self.analyzer, [name, description, instructions], self.params.weights);
+        let doc = analyze_fields(
+            &mut self.analyzer,
+            [name, description, instructions],
+            self.params.weights,
+        );
         for term in doc.tf.keys() {
             *self.df.entry(term.clone()).or_insert(0) += 1;
         }
@@ -154,12 +179,21 @@ impl ReferenceScorer {
     /// The distinct analyzed terms of a query, in first-occurrence order.
     pub fn query_terms(&mut self, query: &str) -> Vec<String> {
         let mut seen = HashSet::new();
-        self.analyzer.tokens(query).into_iter().filter(|t| seen.insert(t.clone())).collect()
+        self.analyzer
+            .tokens(query)
+            .into_iter()
+            .filter(|t| seen.insert(t.clone()))
+            .collect()
     }
 
     /// Every matching document, best first. `keep` filters by id after scoring, so a filter
     /// never changes scores (corpus statistics are always those of the whole corpus).
-    pub fn search(&mut self, query: &str, k: Option<usize>, keep: impl Fn(i64) -> bool) -> Vec<Hit> {
+    pub fn search(
+        &mut self,
+        query: &str,
+        k: Option<usize>,
+        keep: impl Fn(i64) -> bool,
+    ) -> Vec<Hit> {
         let terms = self.query_terms(query);
         let weighted: Vec<(&str, f64)> = terms
             .iter()
@@ -199,7 +233,11 @@ pub fn idf(num_docs: u64, doc_freq: u64) -> f64 {
 
 /// One term's contribution. `avg_length` is > 0 whenever a document contains a term.
 pub fn term_score(idf: f64, tf: f64, length: f64, avg_length: f64, k1: f64, b: f64) -> f64 {
-    let norm = if avg_length > 0.0 { length / avg_length } else { 0.0 };
+    let norm = if avg_length > 0.0 {
+        length / avg_length
+    } else {
+        0.0
+    };
     idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * norm))
 }
 
@@ -231,9 +269,17 @@ mod tests {
         // doc 1: tf 1, |d| 3 -> ln(1.6)·2.5 / (1 + 1.5) = 0.4700036...
         assert_eq!(hits.len(), 2);
         assert_eq!(hits[0].id, 3);
-        assert!((hits[0].score - 0.606_456_3).abs() < 1e-6, "{}", hits[0].score);
+        assert!(
+            (hits[0].score - 0.606_456_3).abs() < 1e-6,
+            "{}",
+            hits[0].score
+        );
         assert_eq!(hits[1].id, 1);
-        assert!((hits[1].score - 0.470_003_6).abs() < 1e-6, "{}", hits[1].score);
+        assert!(
+            (hits[1].score - 0.470_003_6).abs() < 1e-6,
+            "{}",
+            hits[1].score
+        );
     }
 
     #[test]
@@ -245,7 +291,11 @@ mod tests {
         // doc 2: |d| 2, each term tf 1, idf = ln(1 + 2.5/1.5) = ln(8/3)
         // each term: ln(8/3)·2.5 / (1 + 1.5·(0.25 + 0.75·2/3)) = 1.1539168... ; sum 2.3078335...
         assert_eq!(once.len(), 1);
-        assert!((once[0].score - 2.307_833_5).abs() < 1e-6, "{}", once[0].score);
+        assert!(
+            (once[0].score - 2.307_833_5).abs() < 1e-6,
+            "{}",
+            once[0].score
+        );
     }
 
     #[test]
@@ -275,7 +325,11 @@ mod tests {
     #[test]
     fn field_weights_scale_tf_and_length() {
         let params = Bm25Params {
-            weights: FieldWeights { name: 3.0, description: 1.0, instructions: 1.0 },
+            weights: FieldWeights {
+                name: 3.0,
+                description: 1.0,
+                instructions: 1.0,
+            },
             ..Bm25Params::default()
         };
         let mut a = Analyzer::new(plain());
@@ -293,11 +347,24 @@ mod tests {
     #[test]
     fn invalid_parameters_rejected() {
         for p in [
-            Bm25Params { k1: -1.0, ..Default::default() },
-            Bm25Params { b: 1.5, ..Default::default() },
-            Bm25Params { k1: f64::NAN, ..Default::default() },
             Bm25Params {
-                weights: FieldWeights { name: 0.0, description: 0.0, instructions: 0.0 },
+                k1: -1.0,
+                ..Default::default()
+            },
+            Bm25Params {
+                b: 1.5,
+                ..Default::default()
+            },
+            Bm25Params {
+                k1: f64::NAN,
+                ..Default::default()
+            },
+            Bm25Params {
+                weights: FieldWeights {
+                    name: 0.0,
+                    description: 0.0,
+                    instructions: 0.0,
+                },
                 ..Default::default()
             },
         ] {

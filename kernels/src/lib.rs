@@ -6,9 +6,13 @@
 //! - [`text`]: the analyzer every BM25 path uses (tantivy's tokenizer and filters).
 //! - [`bm25`]: the reference BM25 scorer. It scores by brute force and stays forever as the
 //!   oracle that any BM25 index must agree with.
+//! - [`page`]: the page trait index algorithms are written against, and an in-memory store.
+//! - [`bm25index`]: the BM25 index (segments, append area, block-max MaxScore, merges) over pages.
 //! - [`vector`]: inner product, cosine and L2 kernels (f32, f16) via simsimd with a scalar twin,
 //!   and batched scoring of one query against many contiguous keys.
 
 pub mod bm25;
+pub mod bm25index;
+pub mod page;
 pub mod text;
 pub mod vector;

@@ -77,7 +77,10 @@ mod tests {
     #[test]
     fn stemming_conflates_inflections() {
         let mut a = Analyzer::new(AnalyzerConfig { stemming: true });
-        assert_eq!(a.tokens("testing tests tested"), vec!["test", "test", "test"]);
+        assert_eq!(
+            a.tokens("testing tests tested"),
+            vec!["test", "test", "test"]
+        );
         let mut plain = Analyzer::new(AnalyzerConfig { stemming: false });
         assert_eq!(plain.tokens("testing tests"), vec!["testing", "tests"]);
     }
@@ -86,7 +89,10 @@ mod tests {
     fn unicode_words_and_long_tokens() {
         let mut a = Analyzer::new(AnalyzerConfig { stemming: false });
         let long = "x".repeat(MAX_TOKEN_BYTES + 1);
-        assert_eq!(a.tokens(&format!("naïve café {long} 日本語")), vec!["naïve", "café", "日本語"]);
+        assert_eq!(
+            a.tokens(&format!("naïve café {long} 日本語")),
+            vec!["naïve", "café", "日本語"]
+        );
     }
 
     #[test]

@@ -36,7 +36,9 @@ pub mod scalar {
     use half::f16;
 
     pub fn dot(a: &[f32], b: &[f32]) -> f64 {
-        a.iter().zip(b).fold(0.0, |s, (x, y)| s + *x as f64 * *y as f64)
+        a.iter()
+            .zip(b)
+            .fold(0.0, |s, (x, y)| s + *x as f64 * *y as f64)
     }
 
     pub fn l2sq(a: &[f32], b: &[f32]) -> f64 {
@@ -48,10 +50,13 @@ pub mod scalar {
 
     /// 1 − cos(a, b); 1 when either vector is zero (no direction: treated as orthogonal).
     pub fn cos_distance(a: &[f32], b: &[f32]) -> f64 {
-        let (ab, aa, bb) = a.iter().zip(b).fold((0.0, 0.0, 0.0), |(ab, aa, bb), (x, y)| {
-            let (x, y) = (*x as f64, *y as f64);
-            (ab + x * y, aa + x * x, bb + y * y)
-        });
+        let (ab, aa, bb) = a
+            .iter()
+            .zip(b)
+            .fold((0.0, 0.0, 0.0), |(ab, aa, bb), (x, y)| {
+                let (x, y) = (*x as f64, *y as f64);
+                (ab + x * y, aa + x * x, bb + y * y)
+            });
         if aa == 0.0 || bb == 0.0 {
             1.0
         } else {
@@ -94,17 +99,20 @@ pub fn cos_distance(a: &[f32], b: &[f32]) -> f32 {
 
 pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
     check_len(a.len(), b.len());
-    <simsimd::f16 as SpatialSimilarity>::dot(as_simsimd_f16(a), as_simsimd_f16(b)).unwrap_or_else(|| scalar::dot_f16(a, b)) as f32
+    <simsimd::f16 as SpatialSimilarity>::dot(as_simsimd_f16(a), as_simsimd_f16(b))
+        .unwrap_or_else(|| scalar::dot_f16(a, b)) as f32
 }
 
 pub fn l2sq_f16(a: &[f16], b: &[f16]) -> f32 {
     check_len(a.len(), b.len());
-    <simsimd::f16 as SpatialSimilarity>::l2sq(as_simsimd_f16(a), as_simsimd_f16(b)).unwrap_or_else(|| scalar::l2sq_f16(a, b)) as f32
+    <simsimd::f16 as SpatialSimilarity>::l2sq(as_simsimd_f16(a), as_simsimd_f16(b))
+        .unwrap_or_else(|| scalar::l2sq_f16(a, b)) as f32
 }
 
 pub fn cos_distance_f16(a: &[f16], b: &[f16]) -> f32 {
     check_len(a.len(), b.len());
-    <simsimd::f16 as SpatialSimilarity>::cos(as_simsimd_f16(a), as_simsimd_f16(b)).unwrap_or_else(|| scalar::cos_distance_f16(a, b)) as f32
+    <simsimd::f16 as SpatialSimilarity>::cos(as_simsimd_f16(a), as_simsimd_f16(b))
+        .unwrap_or_else(|| scalar::cos_distance_f16(a, b)) as f32
 }
 
 /// Inner product of `query` with every key in `keys` (row-major, `query.len()` values per key).
@@ -169,7 +177,10 @@ mod tests {
 
     fn close(fast: f32, reference: f64, rel: f64, what: &str, n: usize) {
         let err = (fast as f64 - reference).abs();
-        assert!(err <= rel * (1.0 + reference.abs()), "{what} at length {n}: fast {fast}, scalar {reference}, error {err}");
+        assert!(
+            err <= rel * (1.0 + reference.abs()),
+            "{what} at length {n}: fast {fast}, scalar {reference}, error {err}"
+        );
     }
 
     fn lengths() -> impl Iterator<Item = usize> {
@@ -182,7 +193,13 @@ mod tests {
             let (a, b) = (values(n as u64, n), values(1000 + n as u64, n));
             close(dot(&a, &b), scalar::dot(&a, &b), 1e-5, "dot", n);
             close(l2sq(&a, &b), scalar::l2sq(&a, &b), 1e-5, "l2sq", n);
-            close(cos_distance(&a, &b), scalar::cos_distance(&a, &b), 1e-5, "cos", n);
+            close(
+                cos_distance(&a, &b),
+                scalar::cos_distance(&a, &b),
+                1e-5,
+                "cos",
+                n,
+            );
         }
     }
 
@@ -190,11 +207,26 @@ mod tests {
     fn f16_kernels_match_scalar_at_every_length() {
         for n in lengths() {
             let a: Vec<f16> = values(n as u64, n).into_iter().map(f16::from_f32).collect();
-            let b: Vec<f16> = values(2000 + n as u64, n).into_iter().map(f16::from_f32).collect();
+            let b: Vec<f16> = values(2000 + n as u64, n)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
             // simsimd accumulates f16 products in f32: allow f32 rounding over n terms
             close(dot_f16(&a, &b), scalar::dot_f16(&a, &b), 1e-4, "dot_f16", n);
-            close(l2sq_f16(&a, &b), scalar::l2sq_f16(&a, &b), 1e-4, "l2sq_f16", n);
-            close(cos_distance_f16(&a, &b), scalar::cos_distance_f16(&a, &b), 1e-3, "cos_f16", n);
+            close(
+                l2sq_f16(&a, &b),
+                scalar::l2sq_f16(&a, &b),
+                1e-4,
+                "l2sq_f16",
+                n,
+            );
+            close(
+                cos_distance_f16(&a, &b),
+                scalar::cos_distance_f16(&a, &b),
+                1e-3,
+                "cos_f16",
+                n,
+            );
         }
     }
 

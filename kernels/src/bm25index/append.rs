@@ -1,0 +1,285 @@
+//! The append area: where inserts go until a merge turns them into a segment.
+//!
+//! A chain of append pages holding one record per document (split into parts when a document
+//! has more distinct terms than a page holds). Queries read it whole, so its size is bounded:
+//! when it passes `append_pages` pages the inserter that noticed merges it into a segment, and
+//! VACUUM always does. Merging first *freezes* the chain (the metapage points inserters at a new,
+//! empty chain and the old last page is flagged frozen so a racing inserter moves over), then
+//! writes the segment, then publishes it and forgets the frozen chain in one metapage write.
+
+use std::collections::HashMap;
+
+use super::document::{AnalyzedDoc, FieldCounts};
+use super::format::{
+    ByteReader, ByteWriter, Meta, PageHeader, PageKind, Tid, FLAG_FROZEN, HEADER_SIZE, META_BLOCK,
+};
+use crate::page::{BlockNumber, PageRead, PageWrite, NO_BLOCK};
+
+const RECORD_DELETED: u8 = 1;
+const RECORD_CONTINUATION: u8 = 2;
+const RECORD_HEADER: usize = Tid::SIZE + 1 + 1 + 2 + 12;
+const TERM_FIXED: usize = 1 + 12;
+
+/// One record part as read from a page.
+pub struct RecordView<'a> {
+    pub tid: Tid,
+    pub deleted: bool,
+    pub continuation: bool,
+    pub lengths: FieldCounts,
+    pub terms: Vec<(&'a [u8], FieldCounts)>,
+}
+
+/// Serialises a document into parts that each fit an empty append page.
+pub fn encode_parts(tid: Tid, doc: &AnalyzedDoc, page_size: usize) -> Vec<Vec<u8>> {
+    let capacity = page_size - HEADER_SIZE;
+    let mut parts = Vec::new();
+    let mut terms = doc.terms.iter().peekable();
+    loop {
+        let first = parts.is_empty();
+        let mut size = RECORD_HEADER;
+        let mut chosen = Vec::new();
+        while let Some((term, counts)) = terms.peek() {
+            let need = TERM_FIXED + term.len();
+            if size + need > capacity {
+                break;
+            }
+            size += need;
+            chosen.push((term.as_bytes(), *counts));
+            terms.next();
+        }
+        let mut buf = vec![0u8; size];
+        let mut w = ByteWriter::new(&mut buf, 0);
+        tid.write(&mut w);
+        w.u8(if first { 0 } else { RECORD_CONTINUATION });
+        w.u8(0);
+        w.u16(chosen.len() as u16);
+        for l in if first { doc.lengths } else { [0; 3] } {
+            w.u32(l);
+        }
+        for (term, counts) in chosen {
+            w.u8(term.len() as u8);
+            w.bytes(term);
+            for c in counts {
+                w.u32(c);
+            }
+        }
+        parts.push(buf);
+        if terms.peek().is_none() {
+            return parts;
+        }
+    }
+}
+
+fn read_record<'a>(r: &mut ByteReader<'a>) -> RecordView<'a> {
+    let tid = Tid::read(r);
+    let flags = r.u8();
+    let _pad = r.u8();
+    let nterms = r.u16();
+    let lengths = [r.u32(), r.u32(), r.u32()];
+    let terms = (0..nterms)
+        .map(|_| {
+            let len = r.u8() as usize;
+            let term = r.bytes(len);
+            (term, [r.u32(), r.u32(), r.u32()])
+        })
+        .collect();
+    RecordView {
+        tid,
+        deleted: flags & RECORD_DELETED != 0,
+        continuation: flags & RECORD_CONTINUATION != 0,
+        lengths,
+        terms,
+    }
+}
+
+/// Starts a new empty chain; returns its first page.
+pub fn new_chain<S: PageWrite>(store: &S) -> BlockNumber {
+    let (blkno, mut guard) = store.allocate();
+    PageHeader::new(PageKind::Append).write(&mut guard);
+    blkno
+}
+
+/// Reads the metapage (callers have checked the format when they opened the index).
+pub fn read_meta<S: PageRead>(store: &S) -> Meta {
+    Meta::read(&store.read(META_BLOCK)).unwrap_or_else(|e| super::format::corrupt(e))
+}
+
+/// Appends one document. Returns true when the append area has grown past its limit.
+pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> bool {
+    let page_size = store.page_size();
+    let parts = encode_parts(tid, doc, page_size);
+    loop {
+        let meta = read_meta(store);
+        let mut blkno = if meta.append_tail != NO_BLOCK {
+            meta.append_tail
+        } else {
+            meta.append_head
+        };
+        let mut guard = store.write(blkno);
+        let mut header = PageHeader::read(&guard, PageKind::Append);
+        while header.next != NO_BLOCK && header.flags & FLAG_FROZEN == 0 {
+            drop(guard);
+            blkno = header.next;
+            guard = store.write(blkno);
+            header = PageHeader::read(&guard, PageKind::Append);
+        }
+        if header.flags & FLAG_FROZEN != 0 {
+            // A merge froze this chain after we read the metapage: go to the new one.
+            continue;
+        }
+        let mut added_pages = 0;
+        for part in &parts {
+            if header.free_space(page_size) < part.len() {
+                // The new page is complete (and logged) before the link to it is.
+                let (next, mut new_guard) = store.allocate();
+                let mut new_header = PageHeader::new(PageKind::Append);
+                ByteWriter::new(&mut new_guard, HEADER_SIZE).bytes(part);
+                new_header.used += part.len() as u16;
+                new_header.count = 1;
+                new_header.write(&mut new_guard);
+                drop(new_guard);
+                header.next = next;
+                header.write(&mut guard);
+                drop(guard);
+                added_pages += 1;
+                blkno = next;
+                guard = store.write(blkno);
+                header = PageHeader::read(&guard, PageKind::Append);
+                continue;
+            }
+            ByteWriter::new(&mut guard, header.used as usize).bytes(part);
+            header.used += part.len() as u16;
+            header.count += 1;
+            header.write(&mut guard);
+        }
+        drop(guard);
+        if added_pages == 0 {
+            return meta.append_pages >= meta.options.append_pages;
+        }
+        let mut meta_guard = store.write(META_BLOCK);
+        let mut current = Meta::read(&meta_guard).unwrap_or_else(|e| super::format::corrupt(e));
+        // Pages added to a chain a merge has frozen since belong to that merge, not the count.
+        if current.append_head == meta.append_head {
+            current.append_tail = blkno;
+            current.append_pages += added_pages;
+            current.write(&mut meta_guard);
+        }
+        return current.append_pages >= current.options.append_pages;
+    }
+}
+
+/// Calls `f` for every record part of the chain starting at `head`.
+pub fn for_each_record<S: PageRead>(store: &S, head: BlockNumber, mut f: impl FnMut(&RecordView)) {
+    let mut blkno = head;
+    while blkno != NO_BLOCK {
+        let page = store.read(blkno);
+        let header = PageHeader::read(&page, PageKind::Append);
+        let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
+        for _ in 0..header.count {
+            f(&read_record(&mut r));
+        }
+        blkno = header.next;
+    }
+}
+
+/// The live documents of a chain, parts joined.
+pub fn live_documents<S: PageRead>(store: &S, head: BlockNumber) -> Vec<(Tid, AnalyzedDoc)> {
+    let mut docs: HashMap<Tid, AnalyzedDoc> = HashMap::new();
+    for_each_record(store, head, |rec| {
+        if rec.deleted {
+            return;
+        }
+        let doc = docs.entry(rec.tid).or_default();
+        for f in 0..3 {
+            doc.lengths[f] += rec.lengths[f];
+        }
+        doc.terms.extend(
+            rec.terms
+                .iter()
+                .map(|(t, c)| (String::from_utf8_lossy(t).into_owned(), *c)),
+        );
+    });
+    let mut out: Vec<_> = docs.into_iter().collect();
+    out.sort_by_key(|(tid, _)| *tid);
+    for (_, doc) in &mut out {
+        doc.terms.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    out
+}
+
+/// Every page of a chain.
+pub fn chain_pages<S: PageRead>(store: &S, head: BlockNumber) -> Vec<BlockNumber> {
+    let mut out = Vec::new();
+    let mut blkno = head;
+    while blkno != NO_BLOCK {
+        out.push(blkno);
+        blkno = PageHeader::read(&store.read(blkno), PageKind::Append).next;
+    }
+    out
+}
+
+/// Marks the records of dead documents deleted; returns the documents newly marked.
+pub fn mark_dead<S: PageWrite>(
+    store: &S,
+    head: BlockNumber,
+    is_dead: &mut dyn FnMut(Tid) -> bool,
+) -> u64 {
+    let mut removed = 0;
+    let mut blkno = head;
+    while blkno != NO_BLOCK {
+        let (candidates, next) = {
+            let page = store.read(blkno);
+            let header = PageHeader::read(&page, PageKind::Append);
+            let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
+            let mut any = false;
+            for _ in 0..header.count {
+                let rec = read_record(&mut r);
+                any |= !rec.deleted && is_dead(rec.tid);
+            }
+            (any, header.next)
+        };
+        if candidates {
+            let mut guard = store.write(blkno);
+            let header = PageHeader::read(&guard, PageKind::Append);
+            let mut pos = HEADER_SIZE;
+            for _ in 0..header.count {
+                let (rec_tid, deleted, continuation, end) = {
+                    let mut r = ByteReader::new(&guard[..header.used as usize], pos);
+                    let rec = read_record(&mut r);
+                    (rec.tid, rec.deleted, rec.continuation, r.pos)
+                };
+                if !deleted && is_dead(rec_tid) {
+                    let flags_at = pos + Tid::SIZE;
+                    guard[flags_at] |= RECORD_DELETED;
+                    removed += u64::from(!continuation);
+                }
+                pos = end;
+            }
+        }
+        blkno = next;
+    }
+    removed
+}
+
+/// Flags the last page of a chain frozen, starting the walk at `from` (a page of the chain).
+/// The caller holds the metapage for writing and is pointing inserters at a new chain.
+pub fn freeze_chain<S: PageWrite>(store: &S, from: BlockNumber) {
+    let mut blkno = from;
+    loop {
+        let next = PageHeader::read(&store.read(blkno), PageKind::Append).next;
+        if next != NO_BLOCK {
+            blkno = next;
+            continue;
+        }
+        let mut guard = store.write(blkno);
+        let mut header = PageHeader::read(&guard, PageKind::Append);
+        if header.next != NO_BLOCK {
+            // An inserter extended the chain between our read and our lock.
+            blkno = header.next;
+            continue;
+        }
+        header.flags |= FLAG_FROZEN;
+        header.write(&mut guard);
+        return;
+    }
+}

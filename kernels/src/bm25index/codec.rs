@@ -1,0 +1,190 @@
+//! Posting blocks: up to 128 postings (segment-local document id and per-field counts),
+//! bit-packed with SIMD (the `bitpacking` crate, as tantivy does), with a header that carries the
+//! block's last document and the bounds block-max pruning needs.
+//!
+//! Layout: `n u8 | doc bits u8 | count bits u8 ×3 | pad ×3 | last_doc u32 | max_tf f32 |
+//! min_length f32 | docs (delta-packed) | name counts | description counts | instruction counts`.
+
+use bitpacking::{BitPacker, BitPacker4x};
+
+use super::document::{f32_at_least, weighted_tf, FieldCounts};
+use super::format::{corrupt, ByteReader, ByteWriter};
+
+pub const BLOCK_LEN: usize = BitPacker4x::BLOCK_LEN;
+pub const BLOCK_HEADER_SIZE: usize = 20;
+/// The largest encoded block (every array at 32 bits).
+pub const MAX_BLOCK_SIZE: usize = BLOCK_HEADER_SIZE + 4 * 16 * 32;
+
+/// What a reader needs to skip or bound a block without decoding it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockHeader {
+    pub len: usize,
+    pub doc_bits: u8,
+    pub count_bits: [u8; 3],
+    pub last_doc: u32,
+    /// Largest weighted tf in the block, rounded up.
+    pub max_tf: f32,
+    /// Smallest stored document length in the block.
+    pub min_length: f32,
+}
+
+impl BlockHeader {
+    pub fn encoded_size(&self) -> usize {
+        BLOCK_HEADER_SIZE
+            + BitPacker4x::compressed_block_size(self.doc_bits)
+            + self
+                .count_bits
+                .iter()
+                .map(|&b| BitPacker4x::compressed_block_size(b))
+                .sum::<usize>()
+    }
+
+    pub fn read(r: &mut ByteReader) -> BlockHeader {
+        let len = r.u8() as usize;
+        let doc_bits = r.u8();
+        let count_bits = [r.u8(), r.u8(), r.u8()];
+        let _pad = r.bytes(3);
+        let h = BlockHeader {
+            len: if len == 0 { BLOCK_LEN } else { len },
+            doc_bits,
+            count_bits,
+            last_doc: r.u32(),
+            max_tf: r.f32(),
+            min_length: r.f32(),
+        };
+        if doc_bits > 32 || count_bits.iter().any(|&b| b > 32) {
+            corrupt(format_args!(
+                "posting block with {doc_bits}/{count_bits:?} bits per value"
+            ));
+        }
+        h
+    }
+}
+
+/// Decoded postings of one block.
+pub struct DecodedBlock {
+    pub docs: [u32; BLOCK_LEN],
+    pub counts: [[u32; BLOCK_LEN]; 3],
+}
+
+impl Default for DecodedBlock {
+    fn default() -> Self {
+        DecodedBlock {
+            docs: [0; BLOCK_LEN],
+            counts: [[0; BLOCK_LEN]; 3],
+        }
+    }
+}
+
+impl DecodedBlock {
+    pub fn counts_at(&self, i: usize) -> FieldCounts {
+        [self.counts[0][i], self.counts[1][i], self.counts[2][i]]
+    }
+}
+
+/// Encodes `docs` (strictly increasing, all > `previous_last` unless this is the list's first
+/// block) into `out`, returning the bytes written. `lengths[doc]` is each document's stored length.
+pub fn encode_block(
+    previous_last: u32,
+    docs: &[u32],
+    counts: &[FieldCounts],
+    weights: &[f64; 3],
+    lengths: &[f32],
+    out: &mut [u8],
+) -> usize {
+    assert!(!docs.is_empty() && docs.len() <= BLOCK_LEN && docs.len() == counts.len());
+    let packer = BitPacker4x::new();
+    let n = docs.len();
+    // Partial blocks are padded by repeating the last document (deltas 0) and zero counts.
+    let mut doc_block = [docs[n - 1]; BLOCK_LEN];
+    doc_block[..n].copy_from_slice(docs);
+    let mut count_blocks = [[0u32; BLOCK_LEN]; 3];
+    let mut max_tf = 0f64;
+    let mut min_length = f32::INFINITY;
+    for (i, c) in counts.iter().enumerate() {
+        for f in 0..3 {
+            count_blocks[f][i] = c[f];
+        }
+        max_tf = max_tf.max(weighted_tf(weights, c));
+        min_length = min_length.min(lengths[docs[i] as usize]);
+    }
+    let doc_bits = packer.num_bits_sorted(previous_last, &doc_block);
+    let count_bits = [0, 1, 2].map(|f| packer.num_bits(&count_blocks[f]));
+    let header = BlockHeader {
+        len: n,
+        doc_bits,
+        count_bits,
+        last_doc: docs[n - 1],
+        max_tf: f32_at_least(max_tf),
+        min_length,
+    };
+    let size = header.encoded_size();
+    let mut w = ByteWriter::new(&mut out[..size], 0);
+    w.u8(if n == BLOCK_LEN { 0 } else { n as u8 });
+    w.u8(doc_bits);
+    for b in count_bits {
+        w.u8(b);
+    }
+    w.bytes(&[0; 3]);
+    w.u32(header.last_doc);
+    w.f32(header.max_tf);
+    w.f32(header.min_length);
+    let mut pos = w.pos;
+    pos += packer.compress_sorted(previous_last, &doc_block, &mut out[pos..], doc_bits);
+    for f in 0..3 {
+        pos += packer.compress(&count_blocks[f], &mut out[pos..], count_bits[f]);
+    }
+    debug_assert_eq!(pos, size);
+    size
+}
+
+/// Decodes the block whose header was just read; `r` points at the packed arrays.
+pub fn decode_block(
+    previous_last: u32,
+    header: &BlockHeader,
+    r: &mut ByteReader,
+    out: &mut DecodedBlock,
+) {
+    let packer = BitPacker4x::new();
+    let docs = r.bytes(BitPacker4x::compressed_block_size(header.doc_bits));
+    packer.decompress_sorted(previous_last, docs, &mut out.docs, header.doc_bits);
+    for f in 0..3 {
+        let bytes = r.bytes(BitPacker4x::compressed_block_size(header.count_bits[f]));
+        packer.decompress(bytes, &mut out.counts[f], header.count_bits[f]);
+    }
+    if out.docs[header.len - 1] != header.last_doc || (header.len > 1 && out.docs[0] > out.docs[1])
+    {
+        corrupt("posting block does not decode to its recorded last document");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_round_trip_with_bounds() {
+        let weights = [2.0, 1.0, 0.5];
+        let lengths: Vec<f32> = (0..1000).map(|i| 10.0 + (i % 37) as f32).collect();
+        for n in [1usize, 2, 5, 127, 128] {
+            let docs: Vec<u32> = (0..n as u32).map(|i| 100 + i * 7).collect();
+            let counts: Vec<FieldCounts> = (0..n as u32).map(|i| [i % 3, i % 5, 40 + i]).collect();
+            let mut buf = vec![0u8; MAX_BLOCK_SIZE];
+            let size = encode_block(99, &docs, &counts, &weights, &lengths, &mut buf);
+            let mut r = ByteReader::new(&buf, 0);
+            let h = BlockHeader::read(&mut r);
+            assert_eq!(h.encoded_size(), size);
+            assert_eq!(h.len, n);
+            assert_eq!(h.last_doc, *docs.last().unwrap());
+            let mut out = DecodedBlock::default();
+            decode_block(99, &h, &mut r, &mut out);
+            assert_eq!(r.pos, size);
+            assert_eq!(&out.docs[..n], &docs[..]);
+            for i in 0..n {
+                assert_eq!(out.counts_at(i), counts[i]);
+                assert!(h.max_tf as f64 >= weighted_tf(&weights, &counts[i]));
+                assert!(h.min_length <= lengths[docs[i] as usize]);
+            }
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! A skill as the index sees it: per-field term counts and lengths, and the one scoring formula
+//! both the index and the sequential-scan operator use (so they agree to the last bit).
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::bm25::term_score;
+use crate::text::Analyzer;
+
+/// Occurrences in name, description, instructions.
+pub type FieldCounts = [u32; 3];
+
+/// One analyzed document.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnalyzedDoc {
+    pub lengths: FieldCounts,
+    /// Distinct terms in byte order, with their per-field counts.
+    pub terms: Vec<(String, FieldCounts)>,
+}
+
+/// Analyzes the three fields; a field with weight 0 is skipped entirely (as the reference does).
+pub fn analyze(analyzer: &mut Analyzer, fields: [&str; 3], weights: [f64; 3]) -> AnalyzedDoc {
+    let mut lengths = [0u32; 3];
+    let mut terms: BTreeMap<String, FieldCounts> = BTreeMap::new();
+    for (f, text) in fields.iter().enumerate() {
+        if weights[f] == 0.0 {
+            continue;
+        }
+        analyzer.for_each_token(text, |t| {
+            lengths[f] += 1;
+            match terms.get_mut(t) {
+                Some(c) => c[f] += 1,
+                None => {
+                    let mut c = [0; 3];
+                    c[f] = 1;
+                    terms.insert(t.to_owned(), c);
+                }
+            }
+        });
+    }
+    AnalyzedDoc {
+        lengths,
+        terms: terms.into_iter().collect(),
+    }
+}
+
+/// The distinct terms of a query, in first-occurrence order (a repeated term counts once).
+pub fn query_terms(analyzer: &mut Analyzer, query: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    analyzer
+        .tokens(query)
+        .into_iter()
+        .filter(|t| seen.insert(t.clone()))
+        .collect()
+}
+
+/// Weighted term frequency: Σ_f w_f · tf_f.
+pub fn weighted_tf(weights: &[f64; 3], counts: &FieldCounts) -> f64 {
+    weights[0] * counts[0] as f64 + weights[1] * counts[1] as f64 + weights[2] * counts[2] as f64
+}
+
+/// Document length as stored (f32), so the index and the operator see the same value.
+pub fn stored_length(weights: &[f64; 3], lengths: &FieldCounts) -> f32 {
+    weighted_tf(weights, lengths) as f32
+}
+
+/// Corpus statistics a score depends on, for one query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryStats {
+    pub num_docs: u64,
+    pub total_length: f64,
+    /// Per query term, in query order.
+    pub doc_freq: Vec<u64>,
+}
+
+/// The query-side constants of the formula.
+#[derive(Clone, Debug)]
+pub struct Scorer {
+    pub k1: f64,
+    pub b: f64,
+    pub weights: [f64; 3],
+    pub avg_length: f64,
+    /// idf per query term; terms no document contains have `None` and add nothing.
+    pub idf: Vec<Option<f64>>,
+}
+
+impl Scorer {
+    pub fn new(k1: f64, b: f64, weights: [f64; 3], stats: &QueryStats) -> Scorer {
+        let avg_length = if stats.num_docs == 0 {
+            0.0
+        } else {
+            stats.total_length / stats.num_docs as f64
+        };
+        let idf = stats
+            .doc_freq
+            .iter()
+            .map(|&df| (df > 0).then(|| crate::bm25::idf(stats.num_docs, df)))
+            .collect();
+        Scorer {
+            k1,
+            b,
+            weights,
+            avg_length,
+            idf,
+        }
+    }
+
+    /// One term's contribution for a document of stored length `length`.
+    #[inline]
+    pub fn term(&self, term_index: usize, counts: &FieldCounts, length: f32) -> f64 {
+        match self.idf[term_index] {
+            Some(idf) => term_score(
+                idf,
+                weighted_tf(&self.weights, counts),
+                length as f64,
+                self.avg_length,
+                self.k1,
+                self.b,
+            ),
+            None => 0.0,
+        }
+    }
+
+    /// An upper bound of one term's contribution for any document with weighted tf ≤ `max_tf`
+    /// and length ≥ `min_length` (the formula grows with tf and shrinks with length). The slack
+    /// absorbs rounding so the bound never falls below a real score.
+    pub fn bound(&self, term_index: usize, max_tf: f32, min_length: f32) -> f64 {
+        match self.idf[term_index] {
+            Some(idf) => {
+                term_score(
+                    idf,
+                    max_tf as f64,
+                    min_length as f64,
+                    self.avg_length,
+                    self.k1,
+                    self.b,
+                ) * (1.0 + 1e-9)
+                    + 1e-12
+            }
+            None => 0.0,
+        }
+    }
+
+    /// Score of a document given the counts of each query term in it (None: absent), or None
+    /// when it contains no query term that occurs in the corpus.
+    pub fn score(&self, counts: &[Option<FieldCounts>], length: f32) -> Option<f64> {
+        let mut score = 0.0;
+        let mut matched = false;
+        for (i, c) in counts.iter().enumerate() {
+            if let (Some(c), Some(_)) = (c, self.idf[i]) {
+                if weighted_tf(&self.weights, c) > 0.0 {
+                    matched = true;
+                    score += self.term(i, c, length);
+                }
+            }
+        }
+        matched.then_some(score)
+    }
+}
+
+/// Rounds a weighted tf up to f32 so a stored maximum never falls below the true value.
+pub fn f32_at_least(v: f64) -> f32 {
+    let f = v as f32;
+    if (f as f64) < v {
+        f.next_up()
+    } else {
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::AnalyzerConfig;
+
+    #[test]
+    fn counts_per_field_and_skips_zero_weight_fields() {
+        let mut a = Analyzer::new(AnalyzerConfig { stemming: false });
+        let d = analyze(
+            &mut a,
+            ["Rust tests", "run the tests", "cargo"],
+            [1.0, 1.0, 0.0],
+        );
+        assert_eq!(d.lengths, [2, 2, 0]);
+        assert_eq!(
+            d.terms,
+            vec![
+                ("run".into(), [0, 1, 0]),
+                ("rust".into(), [1, 0, 0]),
+                ("tests".into(), [1, 1, 0])
+            ]
+        );
+    }
+
+    #[test]
+    fn bound_is_never_below_a_score_it_covers() {
+        let stats = QueryStats {
+            num_docs: 100,
+            total_length: 1234.0,
+            doc_freq: vec![7],
+        };
+        let s = Scorer::new(1.5, 0.75, [2.0, 1.0, 0.5], &stats);
+        for tf in 1..20u32 {
+            for len in [1.0f32, 3.5, 12.0, 400.0] {
+                let c = [tf, tf / 2, tf / 3];
+                let score = s.term(0, &c, len);
+                assert!(s.bound(0, f32_at_least(weighted_tf(&s.weights, &c)), len) >= score);
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Structural changes: creating the index, merging the append area into a segment, merging
+//! segments, tombstones for dead tuples, and VACUUM's cleanup that makes statistics exact again.
+//!
+//! Concurrency contract with the caller (the extension maps it onto Postgres locks):
+//! - one structural change at a time, and never at the same time as [`bulk_delete`] (a merge
+//!   that copied a document VACUUM is marking dead would resurrect it);
+//! - readers compute a batch of results under a shared lock; [`Exclusion::lock_readers_out`]
+//!   takes it exclusively around the metapage switch that publishes a change and the freeing of
+//!   the pages it replaced, so no reader ever follows a freed page;
+//! - inserts run concurrently with everything: they only touch the append area.
+
+use super::append::{self, live_documents, read_meta};
+use super::dictionary::TermIter;
+use super::document::FieldCounts;
+use super::format::{Meta, PageHeader, PageKind, SegmentDesc, Tid, MAX_SEGMENTS, META_BLOCK};
+use super::segment::{
+    doc_entries, set_tombstones, SegmentBuilder, SegmentReader, SegmentWriter, END,
+};
+use crate::page::{BlockNumber, PageWrite, NO_BLOCK};
+
+/// How the caller keeps readers away while pages are switched and freed.
+pub trait Exclusion {
+    fn lock_readers_out(&self);
+    fn let_readers_in(&self);
+}
+
+/// For single-user contexts (CREATE INDEX, tests).
+pub struct NoReaders;
+
+impl Exclusion for NoReaders {
+    fn lock_readers_out(&self) {}
+    fn let_readers_in(&self) {}
+}
+
+fn write_meta<S: PageWrite>(store: &S, change: impl FnOnce(&mut Meta)) -> Meta {
+    let mut guard = store.write(META_BLOCK);
+    let mut meta = Meta::read(&guard).unwrap_or_else(|e| super::format::corrupt(e));
+    change(&mut meta);
+    meta.write(&mut guard);
+    meta
+}
+
+/// Writes the metapage and an empty append area into an empty store (block 0 becomes the meta).
+pub fn initialize<S: PageWrite>(store: &S, options: super::format::IndexOptions) {
+    let (blkno, mut guard) = store.allocate();
+    assert_eq!(
+        blkno, META_BLOCK,
+        "the metapage is the relation's first page"
+    );
+    Meta::new(options).write(&mut guard);
+    drop(guard);
+    let head = append::new_chain(store);
+    write_meta(store, |m| {
+        m.append_head = head;
+        m.append_tail = head;
+    });
+}
+
+/// Publishes a segment written by CREATE INDEX (one per maintenance_work_mem of input), then
+/// rebalances so a build of any size never holds more than a logarithmic number of segments.
+pub fn add_segment<S: PageWrite>(store: &S, segment: SegmentDesc, ex: &dyn Exclusion) {
+    write_meta(store, |m| {
+        m.segments.push(segment);
+        m.generation += 1;
+    });
+    merge_by_size(store, ex);
+}
+
+/// Merges every segment into one (the end of CREATE INDEX: fewest lists to read per query).
+pub fn merge_all<S: PageWrite>(store: &S, ex: &dyn Exclusion) {
+    let n = read_meta(store).segments.len();
+    if n > 1 {
+        merge_segments(store, &(0..n).collect::<Vec<_>>(), ex);
+    }
+}
+
+/// Merges segments `which` (metapage positions) into one; documents with tombstones are dropped.
+pub fn merge_segments<S: PageWrite>(store: &S, which: &[usize], ex: &dyn Exclusion) {
+    if which.is_empty() {
+        return;
+    }
+    let meta = read_meta(store);
+    let inputs: Vec<SegmentDesc> = which.iter().map(|&i| meta.segments[i]).collect();
+    let readers: Vec<SegmentReader<S>> = inputs
+        .iter()
+        .map(|d| SegmentReader::open(store, *d))
+        .collect();
+    let weights = meta.options.weights_array();
+
+    // New ids: live documents of each input in order.
+    let mut docs = Vec::new();
+    let mut remap: Vec<Vec<u32>> = Vec::with_capacity(readers.len());
+    for r in &readers {
+        let mut map = vec![END; r.desc.num_docs as usize];
+        r.for_each_doc(|id, e| {
+            if !e.deleted {
+                map[id as usize] = docs.len() as u32;
+                docs.push((e.tid, e.length));
+            }
+        });
+        remap.push(map);
+    }
+
+    let mut writer = SegmentWriter::new(store, weights, docs);
+    let mut iters: Vec<_> = readers
+        .iter()
+        .map(|r| TermIter::new(store, r.desc.dict_root, r.desc.dict_height).peekable())
+        .collect();
+    let (mut ids, mut counts): (Vec<u32>, Vec<FieldCounts>) = (Vec::new(), Vec::new());
+    loop {
+        let Some(term) = iters
+            .iter_mut()
+            .filter_map(|it| it.peek().map(|(t, _)| t.clone()))
+            .min()
+        else {
+            break;
+        };
+        ids.clear();
+        counts.clear();
+        for (s, it) in iters.iter_mut().enumerate() {
+            if it.peek().is_some_and(|(t, _)| *t == term) {
+                let (_, info) = it.next().expect("peeked");
+                let mut cursor = readers[s].postings(&info);
+                while cursor.doc() != END {
+                    let new_id = remap[s][cursor.doc() as usize];
+                    if new_id != END {
+                        ids.push(new_id);
+                        counts.push(cursor.counts());
+                    }
+                    cursor.next();
+                }
+            }
+        }
+        if !ids.is_empty() {
+            writer.add_term(&term, &ids, &counts);
+        }
+    }
+    let merged = writer.finish();
+    let old_pages: Vec<BlockNumber> = readers.iter().flat_map(|r| r.pages()).collect();
+
+    ex.lock_readers_out();
+    write_meta(store, |m| {
+        for (i, d) in which.iter().zip(&inputs) {
+            assert_eq!(m.segments[*i], *d, "a segment changed during its merge");
+        }
+        let first = *which.iter().min().expect("not empty");
+        let mut kept: Vec<SegmentDesc> = m
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !which.contains(i))
+            .map(|(_, d)| *d)
+            .collect();
+        if merged.num_docs > 0 {
+            kept.insert(first.min(kept.len()), merged);
+        }
+        m.segments = kept;
+        m.generation += 1;
+    });
+    store.free(&old_pages);
+    ex.let_readers_in();
+    if merged.num_docs == 0 {
+        store.free(&SegmentReader::open(store, merged).pages());
+    }
+}
+
+/// Turns the append area into a segment. Returns false when there was nothing to merge.
+pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> bool {
+    let meta = read_meta(store);
+    let frozen = if meta.frozen_head != NO_BLOCK {
+        // A previous merge stopped half-way (an error or a crash): finish it.
+        meta.frozen_head
+    } else {
+        let head_page = store.read(meta.append_head);
+        let header = PageHeader::read(&head_page, PageKind::Append);
+        if header.count == 0 && header.next == NO_BLOCK {
+            return false;
+        }
+        drop(head_page);
+        let new_head = append::new_chain(store);
+        let mut guard = store.write(META_BLOCK);
+        let mut m = Meta::read(&guard).unwrap_or_else(|e| super::format::corrupt(e));
+        append::freeze_chain(
+            store,
+            if m.append_tail != NO_BLOCK {
+                m.append_tail
+            } else {
+                m.append_head
+            },
+        );
+        m.frozen_head = m.append_head;
+        m.append_head = new_head;
+        m.append_tail = new_head;
+        m.append_pages = 0;
+        m.generation += 1;
+        m.write(&mut guard);
+        m.frozen_head
+    };
+
+    let docs = live_documents(store, frozen);
+    let mut builder = SegmentBuilder::new(meta.options.weights_array());
+    for (tid, doc) in &docs {
+        builder.add(*tid, doc);
+    }
+    let segment = (!builder.is_empty()).then(|| builder.write(store));
+    let old_pages = append::chain_pages(store, frozen);
+
+    ex.lock_readers_out();
+    write_meta(store, |m| {
+        assert_eq!(
+            m.frozen_head, frozen,
+            "the frozen append area changed during its merge"
+        );
+        if let Some(s) = segment {
+            m.segments.push(s);
+        }
+        m.frozen_head = NO_BLOCK;
+        m.generation += 1;
+    });
+    store.free(&old_pages);
+    ex.let_readers_in();
+    merge_by_size(store, ex);
+    true
+}
+
+/// Keeps the number of segments logarithmic: while the newest segment is at least half the size
+/// of the one before it, the two are merged (a binary counter over segment sizes).
+fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) {
+    loop {
+        let sizes: Vec<u64> = read_meta(store)
+            .segments
+            .iter()
+            .map(|s| s.num_docs as u64)
+            .collect();
+        let n = sizes.len();
+        if n >= MAX_SEGMENTS - 2 {
+            merge_segments(store, &(0..n).collect::<Vec<_>>(), ex);
+        } else if n >= 2 && sizes[n - 1] * 2 >= sizes[n - 2] {
+            merge_segments(store, &[n - 2, n - 1], ex);
+        } else {
+            return;
+        }
+    }
+}
+
+/// Result of [`bulk_delete`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeleteCounts {
+    pub removed: u64,
+    pub remaining: u64,
+}
+
+/// Marks every indexed document whose TID `is_dead` says is dead. Statistics stay as they were
+/// until [`vacuum_cleanup`] rewrites the segments that got tombstones.
+pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool) -> DeleteCounts {
+    let meta = read_meta(store);
+    let mut counts = DeleteCounts::default();
+    for (position, desc) in meta.segments.iter().enumerate() {
+        let reader = SegmentReader::open(store, *desc);
+        let mut flagged = desc.has_tombstones;
+        let mut live = 0u64;
+        for &blkno in reader.document_pages() {
+            let entries = doc_entries(&store.read(blkno));
+            let alive = entries.iter().filter(|e| !e.deleted).count() as u64;
+            let dead = entries
+                .iter()
+                .filter(|e| !e.deleted && is_dead(e.tid))
+                .count();
+            if dead == 0 {
+                live += alive;
+                continue;
+            }
+            if !flagged {
+                // The flag is durable before any tombstone is, so cleanup never misses one.
+                write_meta(store, |m| {
+                    assert_eq!(m.segments[position].directory_head, desc.directory_head);
+                    m.segments[position].has_tombstones = true;
+                    m.generation += 1;
+                });
+                flagged = true;
+            }
+            let mut guard = store.write(blkno);
+            let marked = set_tombstones(&mut guard, &mut *is_dead) as u64;
+            counts.removed += marked;
+            live += alive - marked.min(alive);
+        }
+        counts.remaining += live;
+    }
+    for head in [meta.frozen_head, meta.append_head] {
+        if head != NO_BLOCK {
+            counts.removed += append::mark_dead(store, head, is_dead);
+        }
+    }
+    let meta = read_meta(store);
+    for head in [meta.frozen_head, meta.append_head] {
+        if head != NO_BLOCK {
+            counts.remaining += live_documents(store, head).len() as u64;
+        }
+    }
+    counts
+}
+
+/// VACUUM's last step: the append area becomes a segment, segments with tombstones are
+/// rewritten without them (so document counts, lengths and frequencies are exact again), and
+/// segment sizes are rebalanced. Returns the number of live documents.
+pub fn vacuum_cleanup<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> u64 {
+    flush_append(store, ex);
+    let meta = read_meta(store);
+    let dirty: Vec<usize> = meta
+        .segments
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.has_tombstones)
+        .map(|(i, _)| i)
+        .collect();
+    if !dirty.is_empty() {
+        merge_segments(store, &dirty, ex);
+        merge_by_size(store, ex);
+    }
+    read_meta(store)
+        .segments
+        .iter()
+        .map(|s| s.num_docs as u64)
+        .sum()
+}

@@ -1,0 +1,351 @@
+//! Top-k retrieval: corpus statistics for the query, the append area scored exhaustively, then
+//! every segment with block-max MaxScore sharing one top-k heap.
+//!
+//! MaxScore splits the query terms (sorted by their list-wide score bound) into non-essential
+//! ones, whose bounds together cannot reach the current k-th score, and essential ones; only
+//! documents of essential lists are candidates. Before a candidate is scored, the block headers
+//! of every list bound its score; if that bound is below the k-th score the whole range up to the
+//! nearest block end is skipped without decoding. Pruning is strict (`bound < θ`), so documents
+//! that tie the k-th score are still compared by TID: the result is exactly the sequential
+//! scorer's top-k.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::append::{for_each_record, read_meta};
+use super::dictionary::TermInfo;
+use super::document::{stored_length, FieldCounts, QueryStats, Scorer};
+use super::format::{Meta, Tid};
+use super::segment::{PostingCursor, SegmentReader, END};
+use crate::page::{PageRead, NO_BLOCK};
+
+/// One result: a heap TID and its BM25 score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchHit {
+    pub tid: Tid,
+    pub score: f64,
+}
+
+/// Best first: score descending, then TID ascending.
+pub fn hit_order(a: &SearchHit, b: &SearchHit) -> Ordering {
+    b.score.total_cmp(&a.score).then(a.tid.cmp(&b.tid))
+}
+
+struct Worst(SearchHit);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        hit_order(&self.0, &other.0) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Worst {
+    /// The heap's top is the worst hit kept.
+    fn cmp(&self, other: &Self) -> Ordering {
+        hit_order(&self.0, &other.0)
+    }
+}
+
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+impl TopK {
+    fn threshold(&self) -> f64 {
+        if self.heap.len() < self.k {
+            f64::NEG_INFINITY
+        } else {
+            self.heap.peek().map_or(f64::NEG_INFINITY, |w| w.0.score)
+        }
+    }
+
+    fn offer(&mut self, hit: SearchHit) {
+        if self.k == 0 {
+            return;
+        }
+        if self.heap.len() < self.k {
+            self.heap.push(Worst(hit));
+        } else if let Some(worst) = self.heap.peek() {
+            if hit_order(&hit, &worst.0) == Ordering::Less {
+                self.heap.pop();
+                self.heap.push(Worst(hit));
+            }
+        }
+    }
+}
+
+/// A live document of the append area that contains at least one query term.
+struct AppendMatch {
+    tid: Tid,
+    length: f32,
+    counts: Vec<Option<FieldCounts>>,
+}
+
+/// Everything a query needs before scoring: statistics, per-segment term entries, append matches.
+pub struct PreparedQuery<'s, S: PageRead> {
+    pub meta: Meta,
+    pub stats: QueryStats,
+    pub scorer: Scorer,
+    segments: Vec<(SegmentReader<'s, S>, Vec<Option<TermInfo>>)>,
+    append: Vec<AppendMatch>,
+}
+
+/// Reads the statistics of `terms` (distinct, query order) and the append area.
+pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery<'s, S> {
+    let meta = read_meta(store);
+    let weights = meta.options.weights_array();
+    let mut stats = QueryStats {
+        num_docs: 0,
+        total_length: 0.0,
+        doc_freq: vec![0; terms.len()],
+    };
+    let mut segments = Vec::with_capacity(meta.segments.len());
+    for desc in &meta.segments {
+        let reader = SegmentReader::open(store, *desc);
+        stats.num_docs += desc.num_docs as u64;
+        stats.total_length += desc.total_length;
+        let infos: Vec<Option<TermInfo>> =
+            terms.iter().map(|t| reader.term(t.as_bytes())).collect();
+        for (i, info) in infos.iter().enumerate() {
+            stats.doc_freq[i] += info.map_or(0, |x| x.doc_freq as u64);
+        }
+        segments.push((reader, infos));
+    }
+
+    // The append area: documents may be split into parts, so join by TID first.
+    let index_of: HashMap<&[u8], usize> = terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_bytes(), i))
+        .collect();
+    let mut docs: HashMap<Tid, ([u32; 3], Vec<Option<FieldCounts>>)> = HashMap::new();
+    for head in [meta.frozen_head, meta.append_head] {
+        if head == NO_BLOCK {
+            continue;
+        }
+        for_each_record(store, head, |rec| {
+            if rec.deleted {
+                return;
+            }
+            let entry = docs
+                .entry(rec.tid)
+                .or_insert_with(|| ([0; 3], vec![None; terms.len()]));
+            for f in 0..3 {
+                entry.0[f] += rec.lengths[f];
+            }
+            for (term, counts) in &rec.terms {
+                if let Some(&i) = index_of.get(term) {
+                    entry.1[i] = Some(*counts);
+                }
+            }
+        });
+    }
+    let mut append = Vec::new();
+    for (tid, (lengths, counts)) in docs {
+        let length = stored_length(&weights, &lengths);
+        stats.num_docs += 1;
+        stats.total_length += length as f64;
+        for (i, c) in counts.iter().enumerate() {
+            stats.doc_freq[i] += u64::from(c.is_some());
+        }
+        if counts.iter().any(Option::is_some) {
+            append.push(AppendMatch {
+                tid,
+                length,
+                counts,
+            });
+        }
+    }
+    let scorer = Scorer::new(meta.options.k1, meta.options.b, weights, &stats);
+    PreparedQuery {
+        meta,
+        stats,
+        scorer,
+        segments,
+        append,
+    }
+}
+
+impl<S: PageRead> PreparedQuery<'_, S> {
+    /// The `k` best documents, best first.
+    pub fn top_k(&self, k: usize) -> Vec<SearchHit> {
+        let mut top = TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(1 << 16) + 1),
+        };
+        for m in &self.append {
+            if let Some(score) = self.scorer.score(&m.counts, m.length) {
+                top.offer(SearchHit { tid: m.tid, score });
+            }
+        }
+        for (reader, infos) in &self.segments {
+            self.search_segment(reader, infos, &mut top);
+        }
+        let mut hits: Vec<SearchHit> = top.heap.into_iter().map(|w| w.0).collect();
+        hits.sort_by(hit_order);
+        hits
+    }
+
+    fn search_segment(
+        &self,
+        reader: &SegmentReader<'_, S>,
+        infos: &[Option<TermInfo>],
+        top: &mut TopK,
+    ) {
+        let scorer = &self.scorer;
+        struct Term<'a, S: PageRead> {
+            index: usize,
+            bound: f64,
+            cursor: PostingCursor<'a, S>,
+        }
+        let mut terms: Vec<Term<S>> = infos
+            .iter()
+            .enumerate()
+            .filter_map(|(i, info)| {
+                let info = info.as_ref()?;
+                scorer.idf[i]?;
+                Some(Term {
+                    index: i,
+                    bound: scorer.bound(i, info.max_tf, info.min_length),
+                    cursor: reader.postings(info),
+                })
+            })
+            .collect();
+        if terms.is_empty() {
+            return;
+        }
+        terms.sort_by(|a, b| a.bound.total_cmp(&b.bound));
+        // prefix[i] = Σ bounds of terms[..i]
+        let mut prefix = vec![0.0; terms.len() + 1];
+        for (i, t) in terms.iter().enumerate() {
+            prefix[i + 1] = prefix[i] + t.bound;
+        }
+        let mut contributions = vec![0.0; infos.len()];
+        let block_bound = |t: &Term<S>| {
+            let h = t.cursor.block_header();
+            scorer.bound(t.index, h.max_tf, h.min_length)
+        };
+
+        loop {
+            let theta = top.threshold();
+            // Terms [..essential] cannot lift a document to θ on their own.
+            let essential = (0..terms.len())
+                .take_while(|&i| prefix[i + 1] < theta)
+                .count();
+            if essential == terms.len() {
+                return;
+            }
+            let d = terms[essential..]
+                .iter()
+                .map(|t| t.cursor.doc())
+                .min()
+                .unwrap_or(END);
+            if d == END {
+                return;
+            }
+
+            // Block-level bound for d and everything up to the nearest block end.
+            let mut bound = 0.0;
+            let mut skip_to = END;
+            for t in terms[essential..].iter() {
+                if t.cursor.doc() == d {
+                    bound += block_bound(t);
+                    skip_to = skip_to.min(t.cursor.block_header().last_doc.saturating_add(1));
+                } else {
+                    skip_to = skip_to.min(t.cursor.doc());
+                }
+            }
+            for t in terms[..essential].iter_mut() {
+                if t.cursor.seek_block(d) {
+                    bound += block_bound(t);
+                    skip_to = skip_to.min(t.cursor.block_header().last_doc.saturating_add(1));
+                }
+            }
+            if bound < theta {
+                for t in terms[essential..].iter_mut() {
+                    if t.cursor.doc() < skip_to {
+                        t.cursor.advance(skip_to);
+                    }
+                }
+                continue;
+            }
+
+            let entry = reader.doc(d);
+            if !entry.deleted {
+                // Contributions are summed in query-term order at the end, exactly as the
+                // sequential operator sums them, so equal scores stay bit-for-bit equal.
+                contributions.iter_mut().for_each(|c| *c = 0.0);
+                let mut partial = 0.0;
+                for t in terms[essential..].iter() {
+                    if t.cursor.doc() == d {
+                        let c = scorer.term(t.index, &t.cursor.counts(), entry.length);
+                        contributions[t.index] = c;
+                        partial += c;
+                    }
+                }
+                let mut complete = true;
+                for i in (0..essential).rev() {
+                    if below(partial + prefix[i + 1], theta) {
+                        complete = false;
+                        break;
+                    }
+                    let t = &mut terms[i];
+                    t.cursor.advance(d);
+                    if t.cursor.doc() == d {
+                        let c = scorer.term(t.index, &t.cursor.counts(), entry.length);
+                        contributions[t.index] = c;
+                        partial += c;
+                    }
+                }
+                if complete {
+                    let score = contributions.iter().sum();
+                    top.offer(SearchHit {
+                        tid: entry.tid,
+                        score,
+                    });
+                }
+            }
+            for t in terms[essential..].iter_mut() {
+                if t.cursor.doc() == d {
+                    t.cursor.next();
+                }
+            }
+        }
+    }
+}
+
+/// True when a partial sum (added in another order than the final score) is certainly below θ.
+fn below(partial: f64, theta: f64) -> bool {
+    partial * (1.0 + 1e-12) + 1e-12 < theta
+}
+
+/// Every live document's TID, in TID order (the index returns them, score 0, after the matches).
+pub fn all_documents<S: PageRead>(store: &S) -> Vec<Tid> {
+    let meta = read_meta(store);
+    let mut out = Vec::new();
+    for desc in &meta.segments {
+        SegmentReader::open(store, *desc).for_each_doc(|_, e| {
+            if !e.deleted {
+                out.push(e.tid);
+            }
+        });
+    }
+    for head in [meta.frozen_head, meta.append_head] {
+        if head != NO_BLOCK {
+            for_each_record(store, head, |rec| {
+                if !rec.deleted && !rec.continuation {
+                    out.push(rec.tid);
+                }
+            });
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}

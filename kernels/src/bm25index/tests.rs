@@ -1,0 +1,492 @@
+//! The index against the reference scorer: random corpora, random inserts, deletes, merges and
+//! VACUUM, every query answered by both and compared (same documents in the same order, same
+//! scores). A failure prints the seed; `PGS_FUZZ_SEED=<seed>` replays it.
+
+use std::collections::BTreeMap;
+
+use super::maintenance::{
+    add_segment, bulk_delete, flush_append, initialize, merge_all, vacuum_cleanup,
+};
+use super::segment::SegmentBuilder;
+use super::*;
+use crate::bm25::{Bm25Params, FieldWeights, ReferenceScorer};
+use crate::page::MemoryStore;
+use crate::text::AnalyzerConfig;
+
+/// SplitMix64: a deterministic test stream.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// Zipf-like: small indexes far more often.
+    fn skewed(&mut self, n: u64) -> u64 {
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((n as f64).powf(u) - 1.0) as u64 % n
+    }
+}
+
+const WORDS: &[&str] = &[
+    "rust",
+    "test",
+    "runner",
+    "python",
+    "debug",
+    "trace",
+    "panic",
+    "refactor",
+    "review",
+    "docker",
+    "deploy",
+    "kubernetes",
+    "helm",
+    "terraform",
+    "schema",
+    "migration",
+    "query",
+    "index",
+    "vector",
+    "embedding",
+    "model",
+    "train",
+    "dataset",
+    "pandas",
+    "numpy",
+    "plot",
+    "chart",
+    "markdown",
+    "docs",
+    "lint",
+    "format",
+    "cargo",
+    "build",
+    "compile",
+    "error",
+    "stack",
+    "memory",
+    "leak",
+    "profile",
+    "benchmark",
+    "cache",
+    "http",
+    "server",
+    "client",
+    "api",
+    "json",
+    "yaml",
+    "config",
+    "secret",
+    "token",
+    "auth",
+    "login",
+    "session",
+    "cookie",
+    "browser",
+    "selenium",
+    "playwright",
+    "react",
+    "component",
+    "state",
+    "hook",
+    "async",
+    "await",
+    "thread",
+    "lock",
+    "mutex",
+    "channel",
+    "queue",
+    "worker",
+    "retry",
+    "timeout",
+    "latency",
+    "throughput",
+    "shard",
+    "replica",
+    "backup",
+    "restore",
+    "pdf",
+    "excel",
+    "csv",
+    "parquet",
+    "arrow",
+    "spark",
+    "airflow",
+    "dag",
+    "pipeline",
+    "ci",
+    "github",
+    "actions",
+    "release",
+    "version",
+    "changelog",
+    "semver",
+    "license",
+    "audit",
+    "security",
+    "fuzz",
+];
+
+fn word(rng: &mut Rng) -> String {
+    let i = rng.skewed(WORDS.len() as u64 * 3) as usize;
+    if i < WORDS.len() {
+        WORDS[i].to_string()
+    } else {
+        // A long tail of rare terms.
+        format!("{}{}", WORDS[i % WORDS.len()], i / WORDS.len())
+    }
+}
+
+fn text(rng: &mut Rng, min: u64, max: u64) -> String {
+    let n = min + rng.below(max - min + 1);
+    let mut out: Vec<String> = (0..n).map(|_| word(rng)).collect();
+    if n > 0 && rng.below(4) == 0 {
+        out.push("the and of".into()); // stop words only
+    }
+    out.join(" ")
+}
+
+#[derive(Clone)]
+struct Doc {
+    fields: [String; 3],
+}
+
+fn random_doc(rng: &mut Rng) -> Doc {
+    Doc {
+        fields: [text(rng, 0, 3), text(rng, 0, 25), text(rng, 0, 400)],
+    }
+}
+
+fn tid_of(id: i64) -> Tid {
+    Tid {
+        block: (id / 50) as u32,
+        offset: (id % 50 + 1) as u16,
+    }
+}
+
+fn id_of(tid: Tid) -> i64 {
+    tid.block as i64 * 50 + tid.offset as i64 - 1
+}
+
+struct Harness {
+    seed: u64,
+    rng: Rng,
+    store: MemoryStore,
+    options: IndexOptions,
+    analyzer: Analyzer,
+    live: BTreeMap<i64, Doc>,
+    next_id: i64,
+}
+
+impl Harness {
+    fn new(seed: u64, page_size: usize) -> Harness {
+        let mut rng = Rng(seed);
+        let weights = match rng.below(3) {
+            0 => FieldWeights::default(),
+            1 => FieldWeights {
+                name: 2.0,
+                description: 1.0,
+                instructions: 0.5,
+            },
+            _ => FieldWeights {
+                name: 3.0,
+                description: 0.0,
+                instructions: 1.0,
+            },
+        };
+        let options = IndexOptions {
+            k1: [1.2, 1.5, 2.0][rng.below(3) as usize],
+            b: [0.75, 0.3, 1.0][rng.below(3) as usize],
+            weights,
+            stemming: rng.below(2) == 0,
+            append_pages: 1 + rng.below(6) as u32,
+        };
+        let store = MemoryStore::new(page_size);
+        initialize(&store, options);
+        let analyzer = Analyzer::new(AnalyzerConfig {
+            stemming: options.stemming,
+        });
+        Harness {
+            seed,
+            rng,
+            store,
+            options,
+            analyzer,
+            live: BTreeMap::new(),
+            next_id: 0,
+        }
+    }
+
+    fn analyzed(&mut self, doc: &Doc) -> AnalyzedDoc {
+        let [a, b, c] = &doc.fields;
+        analyze(&mut self.analyzer, [a, b, c], self.options.weights_array())
+    }
+
+    /// CREATE INDEX: documents into builders that spill past `budget` bytes, then one merge.
+    fn build(&mut self, n: usize, budget: usize) {
+        let mut builder = SegmentBuilder::new(self.options.weights_array());
+        for _ in 0..n {
+            let doc = random_doc(&mut self.rng);
+            let id = self.next_id;
+            self.next_id += 1;
+            let analyzed = self.analyzed(&doc);
+            builder.add(tid_of(id), &analyzed);
+            self.live.insert(id, doc);
+            if builder.memory_bytes() > budget {
+                let full = std::mem::replace(
+                    &mut builder,
+                    SegmentBuilder::new(self.options.weights_array()),
+                );
+                let segment = full.write(&self.store);
+                add_segment(&self.store, segment, &NoReaders);
+                assert!(
+                    read_meta_segments(&self.store) <= 12,
+                    "seed {}: segments stay logarithmic",
+                    self.seed
+                );
+            }
+        }
+        if !builder.is_empty() {
+            let segment = builder.write(&self.store);
+            add_segment(&self.store, segment, &NoReaders);
+        }
+        merge_all(&self.store, &NoReaders);
+    }
+
+    fn insert(&mut self) {
+        let doc = random_doc(&mut self.rng);
+        let id = self.next_id;
+        self.next_id += 1;
+        let analyzed = self.analyzed(&doc);
+        if append::insert(&self.store, tid_of(id), &analyzed) {
+            flush_append(&self.store, &NoReaders);
+        }
+        self.live.insert(id, doc);
+    }
+
+    fn delete_some(&mut self, fraction: u64) {
+        let dead: Vec<i64> = self
+            .live
+            .keys()
+            .copied()
+            .filter(|_| self.rng.below(100) < fraction)
+            .collect();
+        for id in &dead {
+            self.live.remove(id);
+        }
+        let counts = bulk_delete(&self.store, &mut |tid| {
+            dead.binary_search(&id_of(tid)).is_ok()
+        });
+        assert_eq!(counts.removed, dead.len() as u64, "seed {}", self.seed);
+        assert_eq!(
+            counts.remaining,
+            self.live.len() as u64,
+            "seed {}",
+            self.seed
+        );
+    }
+
+    fn reference(&self) -> ReferenceScorer {
+        let params = Bm25Params {
+            k1: self.options.k1,
+            b: self.options.b,
+            weights: self.options.weights,
+        };
+        let mut r = ReferenceScorer::new(
+            params,
+            AnalyzerConfig {
+                stemming: self.options.stemming,
+            },
+        )
+        .unwrap();
+        for (id, d) in &self.live {
+            r.add(*id, &d.fields[0], &d.fields[1], &d.fields[2]);
+        }
+        r
+    }
+
+    /// Every query, top-k for several k, index against the reference.
+    fn check(&mut self, queries: usize) {
+        let mut reference = self.reference();
+        for q in 0..queries {
+            let query = text(&mut self.rng, 1, 8);
+            for k in [1usize, 10, 1000] {
+                let want = reference.search(&query, Some(k), |_| true);
+                let got = search(&self.store, &mut self.analyzer, &query, k);
+                let context = format!("seed {} query {q} {query:?} k {k}", self.seed);
+                assert_eq!(got.len(), want.len(), "{context}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g.score - w.score).abs() <= 1e-9 * w.score.abs().max(1.0),
+                        "{context}: {g:?} vs {w:?}"
+                    );
+                    if id_of(g.tid) != w.id {
+                        // Only a tie within rounding may swap two documents.
+                        let other = want.iter().find(|h| h.id == id_of(g.tid));
+                        assert!(
+                            other
+                                .is_some_and(|o| (o.score - w.score).abs() <= 1e-9 * w.score.abs()),
+                            "{context}: got id {} where {} belongs",
+                            id_of(g.tid),
+                            w.id
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn seeds() -> Vec<u64> {
+    match std::env::var("PGS_FUZZ_SEED") {
+        Ok(s) => vec![s.parse().expect("PGS_FUZZ_SEED is a number")],
+        Err(_) => (1..=6).collect(),
+    }
+}
+
+#[test]
+fn built_index_matches_reference() {
+    for seed in seeds() {
+        println!("seed {seed}");
+        let mut h = Harness::new(seed, 8168);
+        h.build(600, 1 << 20);
+        h.check(40);
+    }
+}
+
+#[test]
+fn spilled_build_small_pages_and_merges_match_reference() {
+    for seed in seeds() {
+        println!("seed {seed}");
+        let mut h = Harness::new(seed, 2600);
+        h.build(500, 40_000);
+        assert_eq!(
+            read_meta_segments(&h.store),
+            1,
+            "spilled segments are merged into one"
+        );
+        h.check(20);
+    }
+}
+
+#[test]
+fn inserts_deletes_and_vacuum_match_reference() {
+    for seed in seeds() {
+        println!("seed {seed}");
+        let mut h = Harness::new(seed, if seed % 2 == 0 { 8168 } else { 2600 });
+        h.build(200, 1 << 20);
+        for round in 0..4 {
+            for _ in 0..(50 + h.rng.below(150)) {
+                h.insert();
+            }
+            // Inserts alone keep statistics exact, before any VACUUM.
+            h.check(10);
+            h.delete_some(15);
+            if round % 2 == 1 {
+                // Updates: a new version is a new TID, the old one dies.
+                for _ in 0..20 {
+                    h.insert();
+                }
+            }
+            vacuum_cleanup(&h.store, &NoReaders);
+            let meta = append::read_meta(&h.store);
+            assert!(
+                meta.segments.iter().all(|s| !s.has_tombstones),
+                "seed {seed}"
+            );
+            let indexed: u64 = meta.segments.iter().map(|s| s.num_docs as u64).sum();
+            assert_eq!(
+                indexed,
+                h.live.len() as u64,
+                "seed {seed}: cleanup leaves only live documents"
+            );
+            h.check(15);
+        }
+        // Deleting everything leaves an empty, working index.
+        h.delete_some(100);
+        vacuum_cleanup(&h.store, &NoReaders);
+        assert!(search(&h.store, &mut h.analyzer, "rust test", 10).is_empty());
+        h.insert();
+        h.check(5);
+    }
+}
+
+#[test]
+fn freed_pages_are_reused_so_the_index_does_not_grow_without_bound() {
+    let mut h = Harness::new(42, 8168);
+    h.build(300, 1 << 20);
+    for _ in 0..3 {
+        for _ in 0..200 {
+            h.insert();
+        }
+        h.delete_some(40);
+        vacuum_cleanup(&h.store, &NoReaders);
+    }
+    let after_warmup = h.store.num_pages();
+    for _ in 0..3 {
+        for _ in 0..200 {
+            h.insert();
+        }
+        h.delete_some(40);
+        vacuum_cleanup(&h.store, &NoReaders);
+    }
+    // Same workload again: the relation may grow a little, not by another warm-up's worth.
+    assert!(
+        h.store.num_pages() < after_warmup * 3 / 2,
+        "{} pages after {}",
+        h.store.num_pages(),
+        after_warmup
+    );
+    assert!(h.store.num_free() > 0);
+    h.check(10);
+}
+
+#[test]
+fn documents_larger_than_a_page_are_split_and_found() {
+    let mut h = Harness::new(7, 2600);
+    h.build(10, 1 << 20);
+    // 600 distinct terms: several append pages for one document.
+    let big = (0..600)
+        .map(|i| format!("uniq{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let id = h.next_id;
+    h.next_id += 1;
+    let doc = Doc {
+        fields: ["big".into(), "".into(), big],
+    };
+    let analyzed = h.analyzed(&doc);
+    assert!(append::encode_parts(tid_of(id), &analyzed, 2600).len() > 1);
+    append::insert(&h.store, tid_of(id), &analyzed);
+    h.live.insert(id, doc);
+    let hits = search(&h.store, &mut h.analyzer, "uniq599 uniq3", 5);
+    assert_eq!(hits.len(), 1);
+    assert_eq!(id_of(hits[0].tid), id);
+    h.check(5);
+    vacuum_cleanup(&h.store, &NoReaders);
+    h.check(5);
+}
+
+#[test]
+fn all_documents_lists_live_tids_once() {
+    let mut h = Harness::new(3, 8168);
+    h.build(50, 1 << 20);
+    for _ in 0..30 {
+        h.insert();
+    }
+    h.delete_some(30);
+    let got: Vec<i64> = all_documents(&h.store).into_iter().map(id_of).collect();
+    let want: Vec<i64> = h.live.keys().copied().collect();
+    assert_eq!(got, want);
+}
+
+fn read_meta_segments(store: &MemoryStore) -> usize {
+    append::read_meta(store).segments.len()
+}
