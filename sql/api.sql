@@ -215,6 +215,8 @@ CREATE FUNCTION skills.search(
 RETURNS TABLE (id bigint, name text, category skills.category, score double precision)
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    index regclass;
 BEGIN
     IF query IS NULL THEN
         RAISE EXCEPTION 'query must not be NULL'
@@ -222,11 +224,27 @@ BEGIN
     END IF;
     CASE lower(coalesce(method, 'bm25'))
     WHEN 'bm25' THEN
-        RETURN QUERY
-            SELECT s.id, s.name, s.category, r.score
-            FROM skills.bm25_scan(query, k, categories::text[]) AS r
-            JOIN skills.skill AS s ON s.id = r.id
-            ORDER BY r.score DESC, s.id;
+        IF k IS NOT NULL AND k < 1 THEN
+            RAISE EXCEPTION 'k must be at least 1, got %', k
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Pass NULL for no limit on the number of results.';
+        END IF;
+        index := skills.bm25_index();
+        IF index IS NOT NULL THEN
+            -- The bm25 index (its options set k1, b, weights and stemming).
+            RETURN QUERY
+                SELECT s.id, s.name, s.category, r.score
+                FROM skills.bm25_index_search(query, k, categories, index) AS r
+                JOIN skills.skill AS s ON s.id = r.id
+                ORDER BY r.score DESC, s.id;
+        ELSE
+            -- No index: the reference scan (GUCs pg_skills.bm25_*).
+            RETURN QUERY
+                SELECT s.id, s.name, s.category, r.score
+                FROM skills.bm25_scan(query, k, categories::text[]) AS r
+                JOIN skills.skill AS s ON s.id = r.id
+                ORDER BY r.score DESC, s.id;
+        END IF;
     WHEN 'semantic', 'hybrid', 'graph', 'skilltrace', 'keyopt' THEN
         RAISE EXCEPTION 'search method "%" is not available in this version', method
             USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25.';

@@ -25,7 +25,13 @@ pub fn query_metrics(
     unit_of: impl Fn(&str) -> Option<i64>,
 ) -> Metrics {
     let top = &ranked[..ranked.len().min(CUTOFF)];
-    let gain = |docs: &Vec<String>| docs.iter().filter_map(|d| relevant.get(d)).copied().max().unwrap_or(0);
+    let gain = |docs: &Vec<String>| {
+        docs.iter()
+            .filter_map(|d| relevant.get(d))
+            .copied()
+            .max()
+            .unwrap_or(0)
+    };
     let dcg = discounted(top.iter().map(gain));
     // Best grade per unit; a relevant document that was not loaded is a unit of its own.
     let mut per_unit: HashMap<Result<i64, &str>, u32> = HashMap::new();
@@ -37,11 +43,19 @@ pub fn query_metrics(
     let mut ideal: Vec<u32> = per_unit.into_values().collect();
     ideal.sort_unstable_by(|a, b| b.cmp(a));
     let idcg = discounted(ideal.into_iter().take(CUTOFF));
-    let covered: HashSet<&String> = top.iter().flatten().filter(|d| relevant.contains_key(*d)).collect();
+    let covered: HashSet<&String> = top
+        .iter()
+        .flatten()
+        .filter(|d| relevant.contains_key(*d))
+        .collect();
     let first_hit = top.iter().position(|docs| gain(docs) > 0);
     Metrics {
         ndcg_at_10: if idcg > 0.0 { dcg / idcg } else { 0.0 },
-        recall_at_10: if relevant.is_empty() { 0.0 } else { covered.len() as f64 / relevant.len() as f64 },
+        recall_at_10: if relevant.is_empty() {
+            0.0
+        } else {
+            covered.len() as f64 / relevant.len() as f64
+        },
         hit_at_1: if first_hit == Some(0) { 1.0 } else { 0.0 },
         mrr_at_10: first_hit.map_or(0.0, |p| 1.0 / (p + 1) as f64),
     }
@@ -49,7 +63,10 @@ pub fn query_metrics(
 
 /// Σ gain_i / log2(i + 2) over ranks i = 0, 1, ...
 fn discounted(gains: impl Iterator<Item = u32>) -> f64 {
-    gains.enumerate().map(|(i, g)| g as f64 / ((i + 2) as f64).log2()).sum()
+    gains
+        .enumerate()
+        .map(|(i, g)| g as f64 / ((i + 2) as f64).log2())
+        .sum()
 }
 
 /// Mean over queries.
@@ -87,7 +104,11 @@ mod tests {
 
     #[test]
     fn perfect_ranking() {
-        let m = query_metrics(&docs(&["a", "b", "x"]), &rel(&["a", "b"]), each_doc_its_own_unit);
+        let m = query_metrics(
+            &docs(&["a", "b", "x"]),
+            &rel(&["a", "b"]),
+            each_doc_its_own_unit,
+        );
         assert!((m.ndcg_at_10 - 1.0).abs() < 1e-12);
         assert_eq!((m.recall_at_10, m.hit_at_1, m.mrr_at_10), (1.0, 1.0, 1.0));
     }
@@ -95,7 +116,11 @@ mod tests {
     #[test]
     fn hand_computed_ndcg() {
         // relevant a at rank 2, b at rank 4: DCG = 1/log2(3) + 1/log2(5); IDCG = 1 + 1/log2(3)
-        let m = query_metrics(&docs(&["x", "a", "y", "b"]), &rel(&["a", "b"]), each_doc_its_own_unit);
+        let m = query_metrics(
+            &docs(&["x", "a", "y", "b"]),
+            &rel(&["a", "b"]),
+            each_doc_its_own_unit,
+        );
         let expected = (1.0 / 3f64.log2() + 1.0 / 5f64.log2()) / (1.0 + 1.0 / 3f64.log2());
         assert!((m.ndcg_at_10 - expected).abs() < 1e-12);
         assert_eq!((m.recall_at_10, m.hit_at_1, m.mrr_at_10), (1.0, 0.0, 0.5));
@@ -107,7 +132,10 @@ mod tests {
         ranked.push(vec!["a".into()]);
         let m = query_metrics(&ranked, &rel(&["a"]), each_doc_its_own_unit);
         assert_eq!(m, Metrics::default());
-        assert_eq!(query_metrics(&[], &rel(&["a"]), |_| None), Metrics::default());
+        assert_eq!(
+            query_metrics(&[], &rel(&["a"]), |_| None),
+            Metrics::default()
+        );
     }
 
     #[test]
@@ -124,7 +152,12 @@ mod tests {
 
     #[test]
     fn mean_of_queries() {
-        let a = Metrics { ndcg_at_10: 1.0, recall_at_10: 1.0, hit_at_1: 1.0, mrr_at_10: 1.0 };
+        let a = Metrics {
+            ndcg_at_10: 1.0,
+            recall_at_10: 1.0,
+            hit_at_1: 1.0,
+            mrr_at_10: 1.0,
+        };
         let m = mean(&[a, Metrics::default()]);
         assert_eq!(m.hit_at_1, 0.5);
     }

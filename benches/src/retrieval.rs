@@ -20,7 +20,10 @@ use pg_skills_corpus::readers::{read_beir, ReadLimits};
 use postgres::{Client, NoTls};
 
 #[derive(Parser, Debug)]
-#[command(name = "retrieval", about = "Retrieval quality of skills.search on a BEIR-layout dataset")]
+#[command(
+    name = "retrieval",
+    about = "Retrieval quality of skills.search on a BEIR-layout dataset"
+)]
 struct Args {
     /// Folder with corpus.jsonl, queries.jsonl and qrels/test.tsv.
     #[arg(long)]
@@ -45,7 +48,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     if !args.dataset.join("corpus.jsonl").is_file() {
-        println!("SKIPPED: {} has no corpus.jsonl (is ../shared present?)", args.dataset.display());
+        println!(
+            "SKIPPED: {} has no corpus.jsonl (is ../shared present?)",
+            args.dataset.display()
+        );
         return ExitCode::SUCCESS;
     }
     match run(&args) {
@@ -59,8 +65,15 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<(), load::LoadError> {
     let dataset = args.dataset.canonicalize()?;
-    let name = dataset.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "beir".into());
-    let db = format!("pgs_bench_{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "_").to_lowercase());
+    let name = dataset
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "beir".into());
+    let db = format!(
+        "pgs_bench_{}",
+        name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+            .to_lowercase()
+    );
     let mut admin = Client::connect(&args.dsn, NoTls)?;
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))?;
     admin.batch_execute(&format!("CREATE DATABASE {db}"))?;
@@ -70,7 +83,13 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
 
     let load_start = Instant::now();
     let mut pipeline = Pipeline::new(PipelineOptions { code_filter: false });
-    for item in read_beir(&dataset.join("corpus.jsonl"), &name, ReadLimits { max_bytes: load::server_max_document_bytes(&mut client)? })? {
+    for item in read_beir(
+        &dataset.join("corpus.jsonl"),
+        &name,
+        ReadLimits {
+            max_bytes: load::server_max_document_bytes(&mut client)?,
+        },
+    )? {
         pipeline.push(item);
     }
     let (skills, counts) = pipeline.finish();
@@ -89,11 +108,16 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
     }
 
     let qrels = read_qrels(&dataset)?;
-    let mut queries: Vec<(String, String)> = read_queries(&dataset)?.into_iter().filter(|(id, _)| qrels.contains_key(id)).collect();
+    let mut queries: Vec<(String, String)> = read_queries(&dataset)?
+        .into_iter()
+        .filter(|(id, _)| qrels.contains_key(id))
+        .collect();
     if let Some(n) = args.max_queries {
         queries.truncate(n);
     }
-    let stmt = client.prepare("SELECT id FROM skills.search($1::text, NULL::skills.category[], $2::int, $3::text)")?;
+    let stmt = client.prepare(
+        "SELECT id FROM skills.search($1::text, NULL::skills.category[], $2::int, $3::text)",
+    )?;
     let mut per_query = Vec::with_capacity(queries.len());
     let mut latencies = Vec::with_capacity(queries.len());
     let run_start = Instant::now();
@@ -101,13 +125,27 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
         let t = Instant::now();
         let rows = client.query(&stmt, &[text, &(CUTOFF as i32), &args.method])?;
         latencies.push(t.elapsed().as_secs_f64() * 1000.0);
-        let ranked: Vec<Vec<String>> =
-            rows.iter().map(|r| docs_of.get(&r.get::<_, i64>(0)).cloned().unwrap_or_default()).collect();
-        per_query.push(query_metrics(&ranked, &qrels[qid], |d| skill_of.get(d).copied()));
+        let ranked: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                docs_of
+                    .get(&r.get::<_, i64>(0))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        per_query.push(query_metrics(&ranked, &qrels[qid], |d| {
+            skill_of.get(d).copied()
+        }));
     }
     let run_secs = run_start.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
-    let pct = |p: f64| latencies.get(((latencies.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0);
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     let m = mean(&per_query);
 
     if args.json {
@@ -128,7 +166,10 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
             queries.len(),
             args.method
         );
-        println!("  NDCG@10 {:.3}  Recall@10 {:.3}  Hit@1 {:.3}  MRR@10 {:.3}", m.ndcg_at_10, m.recall_at_10, m.hit_at_1, m.mrr_at_10);
+        println!(
+            "  NDCG@10 {:.3}  Recall@10 {:.3}  Hit@1 {:.3}  MRR@10 {:.3}",
+            m.ndcg_at_10, m.recall_at_10, m.hit_at_1, m.mrr_at_10
+        );
         println!("  latency per query p50 {:.2} ms, p95 {:.2} ms (one client, sequential scan); load {load_secs:.1} s", pct(0.5), pct(0.95));
     }
     drop(client);

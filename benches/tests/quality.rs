@@ -10,7 +10,9 @@ fn run(dataset: &str) -> Option<serde_json::Value> {
         eprintln!("SKIPPED: PGSKILLS_TEST_DSN is not set (run through ./x test)");
         return None;
     };
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench-data").join(dataset);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/bench-data")
+        .join(dataset);
     if !dir.join("corpus.jsonl").is_file() {
         eprintln!("SKIPPED: {} is absent", dir.display());
         return None;
@@ -19,7 +21,11 @@ fn run(dataset: &str) -> Option<serde_json::Value> {
         .args(["--json", "--dataset", dir.to_str().unwrap(), "--dsn", &dsn])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     eprintln!("{v}");
     Some(v)
@@ -27,7 +33,9 @@ fn run(dataset: &str) -> Option<serde_json::Value> {
 
 #[test]
 fn skillsbench_bm25_quality() {
-    let Some(m) = run("skillsbench-tasks") else { return };
+    let Some(m) = run("skillsbench-tasks") else {
+        return;
+    };
     assert_eq!(m["queries"], 52);
     assert!(m["ndcg_at_10"].as_f64().unwrap() >= 0.80, "{m}");
     assert!(m["hit_at_1"].as_f64().unwrap() >= 0.80, "{m}");

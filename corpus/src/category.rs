@@ -66,69 +66,334 @@ impl Category {
     fn cues(self) -> &'static [&'static str] {
         match self {
             Category::CodeGeneration => &[
-                "implement", "implementation", "generate", "generator", "scaffold", "scaffolding",
-                "boilerplate", "component", "components", "endpoint", "endpoints", "frontend",
-                "backend", "react", "vue", "svelte", "angular", "nextjs", "typescript", "javascript",
-                "function", "functions", "class", "library", "sdk", "app", "application", "ui",
-                "web", "mobile", "api", "rest", "graphql", "grpc", "server", "handler", "crate",
-                "module", "feature", "prototype", "codegen", "type safe", "build a", "write code",
-                "new code", "cli", "websocket", "auth", "authentication", "orm", "schema",
-                "goroutine", "goroutines", "concurrency", "worker pool", "channels", "form", "forms",
-                "migration", "types",
+                "implement",
+                "implementation",
+                "generate",
+                "generator",
+                "scaffold",
+                "scaffolding",
+                "boilerplate",
+                "component",
+                "components",
+                "endpoint",
+                "endpoints",
+                "frontend",
+                "backend",
+                "react",
+                "vue",
+                "svelte",
+                "angular",
+                "nextjs",
+                "typescript",
+                "javascript",
+                "function",
+                "functions",
+                "class",
+                "library",
+                "sdk",
+                "app",
+                "application",
+                "ui",
+                "web",
+                "mobile",
+                "api",
+                "rest",
+                "graphql",
+                "grpc",
+                "server",
+                "handler",
+                "crate",
+                "module",
+                "feature",
+                "prototype",
+                "codegen",
+                "type safe",
+                "build a",
+                "write code",
+                "new code",
+                "cli",
+                "websocket",
+                "auth",
+                "authentication",
+                "orm",
+                "schema",
+                "goroutine",
+                "goroutines",
+                "concurrency",
+                "worker pool",
+                "channels",
+                "form",
+                "forms",
+                "migration",
+                "types",
             ],
             Category::Testing => &[
-                "test", "tests", "testing", "tested", "pytest", "jest", "vitest", "unittest",
-                "junit", "tdd", "assert", "assertion", "assertions", "fixture", "fixtures", "mock",
-                "mocks", "mocking", "stub", "coverage", "e2e", "playwright", "cypress", "selenium",
-                "snapshot", "flaky", "proptest", "hypothesis", "testcontainers", "qa",
-                "property based", "unit test", "unit tests", "integration test", "integration tests",
-                "test suite", "test cases", "red green",
+                "test",
+                "tests",
+                "testing",
+                "tested",
+                "pytest",
+                "jest",
+                "vitest",
+                "unittest",
+                "junit",
+                "tdd",
+                "assert",
+                "assertion",
+                "assertions",
+                "fixture",
+                "fixtures",
+                "mock",
+                "mocks",
+                "mocking",
+                "stub",
+                "coverage",
+                "e2e",
+                "playwright",
+                "cypress",
+                "selenium",
+                "snapshot",
+                "flaky",
+                "proptest",
+                "hypothesis",
+                "testcontainers",
+                "qa",
+                "property based",
+                "unit test",
+                "unit tests",
+                "integration test",
+                "integration tests",
+                "test suite",
+                "test cases",
+                "red green",
             ],
             Category::Debugging => &[
-                "debug", "debugging", "debugger", "bug", "bugs", "exception", "traceback",
-                "backtrace", "crash", "crashes", "panic", "segfault", "gdb", "lldb", "pdb",
-                "valgrind", "heaptrack", "leak", "leaks", "troubleshoot", "troubleshooting",
-                "diagnose", "diagnosing", "diagnosis", "bisect", "failing", "failure", "failures",
-                "investigate", "race condition", "root cause", "stack trace", "error message",
-                "deadlock", "slow query", "explain analyze", "profiling", "profiler",
+                "debug",
+                "debugging",
+                "debugger",
+                "bug",
+                "bugs",
+                "exception",
+                "traceback",
+                "backtrace",
+                "crash",
+                "crashes",
+                "panic",
+                "segfault",
+                "gdb",
+                "lldb",
+                "pdb",
+                "valgrind",
+                "heaptrack",
+                "leak",
+                "leaks",
+                "troubleshoot",
+                "troubleshooting",
+                "diagnose",
+                "diagnosing",
+                "diagnosis",
+                "bisect",
+                "failing",
+                "failure",
+                "failures",
+                "investigate",
+                "race condition",
+                "root cause",
+                "stack trace",
+                "error message",
+                "deadlock",
+                "slow query",
+                "explain analyze",
+                "profiling",
+                "profiler",
             ],
             Category::RefactoringReview => &[
-                "refactor", "refactoring", "review", "reviews", "reviewer", "reviewing",
-                "cleanup", "smell", "smells", "duplication", "duplicate", "rename", "renaming",
-                "restructure", "modernize", "legacy", "maintainability", "readability", "simplify",
-                "code review", "pull request", "pull requests", "clean code", "technical debt",
-                "tech debt", "best practices", "anti patterns", "extract function", "async await",
-                "security review", "checklist",
+                "refactor",
+                "refactoring",
+                "review",
+                "reviews",
+                "reviewer",
+                "reviewing",
+                "cleanup",
+                "smell",
+                "smells",
+                "duplication",
+                "duplicate",
+                "rename",
+                "renaming",
+                "restructure",
+                "modernize",
+                "legacy",
+                "maintainability",
+                "readability",
+                "simplify",
+                "code review",
+                "pull request",
+                "pull requests",
+                "clean code",
+                "technical debt",
+                "tech debt",
+                "best practices",
+                "anti patterns",
+                "extract function",
+                "async await",
+                "security review",
+                "checklist",
             ],
             Category::DataMl => &[
-                "data", "dataset", "datasets", "pandas", "numpy", "dataframe", "dataframes", "csv",
-                "parquet", "analytics", "analysis", "statistics", "statistical", "model", "models",
-                "training", "pytorch", "torch", "tensorflow", "keras", "sklearn", "scikit", "ml",
-                "embedding", "embeddings", "neural", "visualization", "plot", "plots", "matplotlib",
-                "jupyter", "notebook", "etl", "scientific", "bioinformatics", "genomics",
-                "chemistry", "protein", "spark", "ndcg", "cross validation", "machine learning",
-                "deep learning", "feature engineering", "window functions", "data cleaning",
-                "time series", "regression model", "classifier", "llm", "inference", "fine tuning",
+                "data",
+                "dataset",
+                "datasets",
+                "pandas",
+                "numpy",
+                "dataframe",
+                "dataframes",
+                "csv",
+                "parquet",
+                "analytics",
+                "analysis",
+                "statistics",
+                "statistical",
+                "model",
+                "models",
+                "training",
+                "pytorch",
+                "torch",
+                "tensorflow",
+                "keras",
+                "sklearn",
+                "scikit",
+                "ml",
+                "embedding",
+                "embeddings",
+                "neural",
+                "visualization",
+                "plot",
+                "plots",
+                "matplotlib",
+                "jupyter",
+                "notebook",
+                "etl",
+                "scientific",
+                "bioinformatics",
+                "genomics",
+                "chemistry",
+                "protein",
+                "spark",
+                "ndcg",
+                "cross validation",
+                "machine learning",
+                "deep learning",
+                "feature engineering",
+                "window functions",
+                "data cleaning",
+                "time series",
+                "regression model",
+                "classifier",
+                "llm",
+                "inference",
+                "fine tuning",
             ],
             Category::DevopsInfra => &[
-                "deploy", "deployment", "deployments", "docker", "dockerfile", "container",
-                "containers", "kubernetes", "k8s", "helm", "terraform", "ansible", "ci",
-                "infrastructure", "cloud", "aws", "gcp", "azure", "nginx", "monitoring",
-                "observability", "prometheus", "grafana", "backup", "restore", "cluster",
-                "serverless", "cloudflare", "vercel", "systemd", "tls", "ssl", "dns", "devops",
-                "sre", "incident", "pipeline", "pipelines", "workflow", "workflows", "pg dump",
-                "github actions", "reverse proxy", "load balancer", "ci cd", "multi stage",
-                "production", "rollout", "secrets",
+                "deploy",
+                "deployment",
+                "deployments",
+                "docker",
+                "dockerfile",
+                "container",
+                "containers",
+                "kubernetes",
+                "k8s",
+                "helm",
+                "terraform",
+                "ansible",
+                "ci",
+                "infrastructure",
+                "cloud",
+                "aws",
+                "gcp",
+                "azure",
+                "nginx",
+                "monitoring",
+                "observability",
+                "prometheus",
+                "grafana",
+                "backup",
+                "restore",
+                "cluster",
+                "serverless",
+                "cloudflare",
+                "vercel",
+                "systemd",
+                "tls",
+                "ssl",
+                "dns",
+                "devops",
+                "sre",
+                "incident",
+                "pipeline",
+                "pipelines",
+                "workflow",
+                "workflows",
+                "pg dump",
+                "github actions",
+                "reverse proxy",
+                "load balancer",
+                "ci cd",
+                "multi stage",
+                "production",
+                "rollout",
+                "secrets",
             ],
             Category::DocsTooling => &[
-                "documentation", "docs", "readme", "docstring", "docstrings", "changelog",
-                "markdown", "openapi", "swagger", "tutorial", "wiki", "adr", "diagram", "diagrams",
-                "mermaid", "lint", "linter", "linters", "linting", "formatter", "prettier",
-                "eslint", "hook", "hooks", "makefile", "tooling", "template", "templates", "pptx",
-                "docx", "pdf", "xlsx", "presentation", "commit", "commits", "release", "releases",
-                "versioning", "editorconfig", "pre commit", "conventional commits",
-                "decision record", "architecture decision", "task runner", "style guide",
-                "writing", "skill", "skills",
+                "documentation",
+                "docs",
+                "readme",
+                "docstring",
+                "docstrings",
+                "changelog",
+                "markdown",
+                "openapi",
+                "swagger",
+                "tutorial",
+                "wiki",
+                "adr",
+                "diagram",
+                "diagrams",
+                "mermaid",
+                "lint",
+                "linter",
+                "linters",
+                "linting",
+                "formatter",
+                "prettier",
+                "eslint",
+                "hook",
+                "hooks",
+                "makefile",
+                "tooling",
+                "template",
+                "templates",
+                "pptx",
+                "docx",
+                "pdf",
+                "xlsx",
+                "presentation",
+                "commit",
+                "commits",
+                "release",
+                "releases",
+                "versioning",
+                "editorconfig",
+                "pre commit",
+                "conventional commits",
+                "decision record",
+                "architecture decision",
+                "task runner",
+                "style guide",
+                "writing",
+                "skill",
+                "skills",
             ],
         }
     }
@@ -143,10 +408,16 @@ impl fmt::Display for Category {
 impl FromStr for Category {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Category::ALL.into_iter().find(|c| c.as_str() == s.trim()).ok_or_else(|| {
-            let valid: Vec<&str> = Category::ALL.iter().map(|c| c.as_str()).collect();
-            format!("unknown category \"{s}\"; valid categories: {}", valid.join(", "))
-        })
+        Category::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s.trim())
+            .ok_or_else(|| {
+                let valid: Vec<&str> = Category::ALL.iter().map(|c| c.as_str()).collect();
+                format!(
+                    "unknown category \"{s}\"; valid categories: {}",
+                    valid.join(", ")
+                )
+            })
     }
 }
 
@@ -156,7 +427,10 @@ const INSTRUCTIONS_WEIGHT: u32 = 1;
 const INSTRUCTIONS_CAP: u32 = 3;
 
 fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
 }
 
 /// How often each cue (word or two-word phrase) occurs in `text`.
@@ -177,7 +451,11 @@ pub fn scores(name: &str, description: &str, instructions: &str) -> [u32; 7] {
     let fields = [
         (cue_counts(name), NAME_WEIGHT, u32::MAX),
         (cue_counts(description), DESCRIPTION_WEIGHT, u32::MAX),
-        (cue_counts(instructions), INSTRUCTIONS_WEIGHT, INSTRUCTIONS_CAP),
+        (
+            cue_counts(instructions),
+            INSTRUCTIONS_WEIGHT,
+            INSTRUCTIONS_CAP,
+        ),
     ];
     let mut out = [0u32; 7];
     for (slot, category) in out.iter_mut().zip(Category::ALL) {
@@ -197,13 +475,24 @@ pub fn classify(name: &str, description: &str, instructions: &str) -> Category {
     // Compare doubled specific scores with the undoubled generic one (rule 3, in integers).
     let score_of = |c: Category| {
         let raw = s[Category::ALL.iter().position(|x| *x == c).unwrap()];
-        if c == Category::CodeGeneration { raw } else { 2 * raw }
+        if c == Category::CodeGeneration {
+            raw
+        } else {
+            2 * raw
+        }
     };
-    let best = Category::TIE_ORDER.iter().map(|c| score_of(*c)).max().unwrap_or(0);
+    let best = Category::TIE_ORDER
+        .iter()
+        .map(|c| score_of(*c))
+        .max()
+        .unwrap_or(0);
     if best == 0 {
         return Category::CodeGeneration;
     }
-    Category::TIE_ORDER.into_iter().find(|c| score_of(*c) == best).unwrap()
+    Category::TIE_ORDER
+        .into_iter()
+        .find(|c| score_of(*c) == best)
+        .unwrap()
 }
 
 #[cfg(test)]
@@ -212,13 +501,42 @@ mod tests {
 
     #[test]
     fn clear_cases() {
-        assert_eq!(classify("pytest-fixtures", "Write pytest fixtures for unit tests", ""), Category::Testing);
-        assert_eq!(classify("git-bisect", "Find the commit that introduced a bug", "Run git bisect to diagnose"), Category::Debugging);
-        assert_eq!(classify("code-review-checklist", "Review a pull request", ""), Category::RefactoringReview);
-        assert_eq!(classify("pandas-cleaning", "Clean a dataset with pandas", ""), Category::DataMl);
-        assert_eq!(classify("k8s-deploy", "Deploy a container to Kubernetes", ""), Category::DevopsInfra);
-        assert_eq!(classify("readme-writer", "Write a README and docs", ""), Category::DocsTooling);
-        assert_eq!(classify("axum-endpoint", "Implement a REST endpoint", ""), Category::CodeGeneration);
+        assert_eq!(
+            classify(
+                "pytest-fixtures",
+                "Write pytest fixtures for unit tests",
+                ""
+            ),
+            Category::Testing
+        );
+        assert_eq!(
+            classify(
+                "git-bisect",
+                "Find the commit that introduced a bug",
+                "Run git bisect to diagnose"
+            ),
+            Category::Debugging
+        );
+        assert_eq!(
+            classify("code-review-checklist", "Review a pull request", ""),
+            Category::RefactoringReview
+        );
+        assert_eq!(
+            classify("pandas-cleaning", "Clean a dataset with pandas", ""),
+            Category::DataMl
+        );
+        assert_eq!(
+            classify("k8s-deploy", "Deploy a container to Kubernetes", ""),
+            Category::DevopsInfra
+        );
+        assert_eq!(
+            classify("readme-writer", "Write a README and docs", ""),
+            Category::DocsTooling
+        );
+        assert_eq!(
+            classify("axum-endpoint", "Implement a REST endpoint", ""),
+            Category::CodeGeneration
+        );
     }
 
     #[test]
@@ -232,7 +550,10 @@ mod tests {
         let body = "deploy docker kubernetes ".repeat(100);
         // devops from the body: 3 cues, each capped at 3 -> 9.
         // testing: name "testing" 4 + description "unit tests", "tests", "mocks" 2 each -> 10.
-        assert_eq!(classify("testing", "unit tests with mocks", &body), Category::Testing);
+        assert_eq!(
+            classify("testing", "unit tests with mocks", &body),
+            Category::Testing
+        );
     }
 
     #[test]
@@ -257,6 +578,9 @@ mod tests {
             assert_eq!(c.as_str().parse::<Category>().unwrap(), c);
         }
         let err = "cooking".parse::<Category>().unwrap_err();
-        assert!(err.contains("code_generation") && err.contains("docs_tooling"), "{err}");
+        assert!(
+            err.contains("code_generation") && err.contains("docs_tooling"),
+            "{err}"
+        );
     }
 }

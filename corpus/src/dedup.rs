@@ -27,7 +27,10 @@ impl Prepared {
 
 /// The `location` of every provenance entry that has one.
 pub fn locations_of(provenance: &[Value]) -> Vec<String> {
-    provenance.iter().filter_map(|p| p.get("location").and_then(Value::as_str).map(str::to_owned)).collect()
+    provenance
+        .iter()
+        .filter_map(|p| p.get("location").and_then(Value::as_str).map(str::to_owned))
+        .collect()
 }
 
 /// What happened to the inputs before the database saw them.
@@ -61,7 +64,10 @@ pub struct PipelineOptions {
 pub fn merge_provenance(into: &mut Vec<Value>, from: &[Value]) {
     for entry in from {
         let loc = entry.get("location");
-        match into.iter_mut().find(|e| loc.is_some() && e.get("location") == loc) {
+        match into
+            .iter_mut()
+            .find(|e| loc.is_some() && e.get("location") == loc)
+        {
             Some(existing) => *existing = entry.clone(),
             None => into.push(entry.clone()),
         }
@@ -91,7 +97,11 @@ impl Pipeline {
     }
 
     pub fn drop(&mut self, location: String, reason: DropReason) {
-        *self.counts.dropped.entry(reason.key().to_owned()).or_insert(0) += 1;
+        *self
+            .counts
+            .dropped
+            .entry(reason.key().to_owned())
+            .or_insert(0) += 1;
         self.counts.drop_log.push((location, reason.to_string()));
     }
 
@@ -102,12 +112,22 @@ impl Pipeline {
             Item::Skill(s) => s,
         };
         if self.options.code_filter && !is_code_related(&skill) {
-            let location = skill.provenance.first().and_then(|p| p.get("location")).and_then(Value::as_str);
-            return self.drop(location.unwrap_or(&skill.name).to_owned(), DropReason::NotCodeRelated);
+            let location = skill
+                .provenance
+                .first()
+                .and_then(|p| p.get("location"))
+                .and_then(Value::as_str);
+            return self.drop(
+                location.unwrap_or(&skill.name).to_owned(),
+                DropReason::NotCodeRelated,
+            );
         }
         let hash = skill.content_hash();
         let locations = locations_of(&skill.provenance);
-        if let Some(clash) = locations.iter().find(|l| self.hash_at.get(*l).is_some_and(|h| *h != hash)) {
+        if let Some(clash) = locations
+            .iter()
+            .find(|l| self.hash_at.get(*l).is_some_and(|h| *h != hash))
+        {
             return self.drop(clash.clone(), DropReason::DuplicateLocation(clash.clone()));
         }
         for l in locations {
@@ -125,7 +145,10 @@ impl Pipeline {
             }
             None => {
                 self.by_hash.insert(hash.clone(), self.skills.len());
-                self.skills.push(Prepared { content_hash: hash, skill });
+                self.skills.push(Prepared {
+                    content_hash: hash,
+                    skill,
+                });
             }
         }
     }
@@ -157,12 +180,23 @@ mod tests {
         p.push(item("a", "```\nx\n```", "repo1:a"));
         p.push(item("a", "```\nx\n```", "repo2:a"));
         p.push(item("a", "```\ny\n```", "repo3:a"));
-        p.push(Item::Dropped { location: "repo1:bad".into(), reason: DropReason::Binary });
+        p.push(Item::Dropped {
+            location: "repo1:bad".into(),
+            reason: DropReason::Binary,
+        });
         let (skills, counts) = p.finish();
         assert_eq!(skills.len(), 2);
         assert_eq!(skills[0].locations(), vec!["repo1:a", "repo2:a"]);
         assert_eq!(skills[1].locations(), vec!["repo3:a"]);
-        assert_eq!((counts.read, counts.kept, counts.merged_duplicates, counts.dropped_total()), (4, 3, 1, 1));
+        assert_eq!(
+            (
+                counts.read,
+                counts.kept,
+                counts.merged_duplicates,
+                counts.dropped_total()
+            ),
+            (4, 3, 1, 1)
+        );
         assert_eq!(counts.read, counts.kept + counts.dropped_total());
     }
 

@@ -19,7 +19,10 @@ pub enum DropReason {
     Io(String),
     InvalidUtf8,
     Binary,
-    TooLarge { bytes: u64, limit: u64 },
+    TooLarge {
+        bytes: u64,
+        limit: u64,
+    },
     BadYaml(String),
     BadJson(String),
     MissingName(String),
@@ -53,13 +56,20 @@ impl fmt::Display for DropReason {
             DropReason::Io(e) => write!(f, "io_error: {e}"),
             DropReason::InvalidUtf8 => f.write_str("invalid_utf8: not valid UTF-8"),
             DropReason::Binary => f.write_str("binary: contains NUL bytes"),
-            DropReason::TooLarge { bytes, limit } => write!(f, "too_large: {bytes} bytes > limit {limit}"),
+            DropReason::TooLarge { bytes, limit } => {
+                write!(f, "too_large: {bytes} bytes > limit {limit}")
+            }
             DropReason::BadYaml(e) => write!(f, "bad_yaml: {}", first_line(e)),
             DropReason::BadJson(e) => write!(f, "bad_json: {}", first_line(e)),
             DropReason::MissingName(e) => write!(f, "missing_name: {e}"),
             DropReason::Empty => f.write_str("empty: no description and no instructions"),
-            DropReason::NotCodeRelated => f.write_str("not_code_related: no code block and too few programming terms"),
-            DropReason::DuplicateLocation(l) => write!(f, "duplicate_location: {l} already holds other content in this load"),
+            DropReason::NotCodeRelated => {
+                f.write_str("not_code_related: no code block and too few programming terms")
+            }
+            DropReason::DuplicateLocation(l) => write!(
+                f,
+                "duplicate_location: {l} already holds other content in this load"
+            ),
         }
     }
 }
@@ -71,18 +81,109 @@ fn first_line(s: &str) -> &str {
 pub const MIN_DISTINCT_CODE_CUES: usize = 3;
 
 pub const CODE_CUES: &[&str] = &[
-    "code", "coding", "function", "functions", "api", "apis", "script", "scripts", "cli", "command",
-    "commands", "library", "libraries", "package", "packages", "programming", "python", "rust",
-    "javascript", "typescript", "java", "golang", "kotlin", "swift", "ruby", "php", "csharp", "cpp",
-    "sql", "bash", "shell", "git", "github", "compile", "compiler", "build", "deploy", "test",
-    "tests", "debug", "bug", "refactor", "repository", "repo", "class", "module", "framework", "sdk",
-    "json", "yaml", "http", "endpoint", "database", "docker", "npm", "pip", "cargo", "import",
-    "variable", "syntax", "runtime", "server", "frontend", "backend", "react", "node", "terminal",
+    "code",
+    "coding",
+    "function",
+    "functions",
+    "api",
+    "apis",
+    "script",
+    "scripts",
+    "cli",
+    "command",
+    "commands",
+    "library",
+    "libraries",
+    "package",
+    "packages",
+    "programming",
+    "python",
+    "rust",
+    "javascript",
+    "typescript",
+    "java",
+    "golang",
+    "kotlin",
+    "swift",
+    "ruby",
+    "php",
+    "csharp",
+    "cpp",
+    "sql",
+    "bash",
+    "shell",
+    "git",
+    "github",
+    "compile",
+    "compiler",
+    "build",
+    "deploy",
+    "test",
+    "tests",
+    "debug",
+    "bug",
+    "refactor",
+    "repository",
+    "repo",
+    "class",
+    "module",
+    "framework",
+    "sdk",
+    "json",
+    "yaml",
+    "http",
+    "endpoint",
+    "database",
+    "docker",
+    "npm",
+    "pip",
+    "cargo",
+    "import",
+    "variable",
+    "syntax",
+    "runtime",
+    "server",
+    "frontend",
+    "backend",
+    "react",
+    "node",
+    "terminal",
     // infrastructure and operations guide code and configuration too
-    "nginx", "openssl", "linux", "config", "configuration", "kubernetes", "cluster", "deployment",
-    "index", "indexing", "query", "queries", "vector", "latency", "throughput", "scaling", "logging",
-    "logs", "certificate", "tls", "ssl", "systemd", "html", "css", "browser", "playwright",
-    "automation", "migration", "schema", "pr", "commit", "ci", "workflow", "i18n", "locale",
+    "nginx",
+    "openssl",
+    "linux",
+    "config",
+    "configuration",
+    "kubernetes",
+    "cluster",
+    "deployment",
+    "index",
+    "indexing",
+    "query",
+    "queries",
+    "vector",
+    "latency",
+    "throughput",
+    "scaling",
+    "logging",
+    "logs",
+    "certificate",
+    "tls",
+    "ssl",
+    "systemd",
+    "html",
+    "css",
+    "browser",
+    "playwright",
+    "automation",
+    "migration",
+    "schema",
+    "pr",
+    "commit",
+    "ci",
+    "workflow",
+    "i18n",
+    "locale",
 ];
 
 /// Whether the skill produces or guides code (see the module documentation).
@@ -128,8 +229,16 @@ mod tests {
 
     #[test]
     fn vocabulary_keeps_only_at_threshold() {
-        assert!(is_code_related(&skill("api-client", "Call the HTTP API", "from Python")));
-        assert!(!is_code_related(&skill("api-client", "Call the HTTP thing", "")));
+        assert!(is_code_related(&skill(
+            "api-client",
+            "Call the HTTP API",
+            "from Python"
+        )));
+        assert!(!is_code_related(&skill(
+            "api-client",
+            "Call the HTTP thing",
+            ""
+        )));
     }
 
     #[test]
@@ -143,7 +252,13 @@ mod tests {
 
     #[test]
     fn reason_keys_are_stable() {
-        assert_eq!(DropReason::TooLarge { bytes: 2, limit: 1 }.key(), "too_large");
-        assert_eq!(DropReason::BadYaml("a\nb".into()).to_string(), "bad_yaml: a");
+        assert_eq!(
+            DropReason::TooLarge { bytes: 2, limit: 1 }.key(),
+            "too_large"
+        );
+        assert_eq!(
+            DropReason::BadYaml("a\nb".into()).to_string(),
+            "bad_yaml: a"
+        );
     }
 }

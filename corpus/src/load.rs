@@ -58,7 +58,10 @@ fn copy_line(ord: usize, p: &Prepared) -> String {
         None => line.push_str("\\N"),
     }
     line.push('\t');
-    copy_escape(&mut line, &serde_json::Value::Array(s.provenance.clone()).to_string());
+    copy_escape(
+        &mut line,
+        &serde_json::Value::Array(s.provenance.clone()).to_string(),
+    );
     line.push('\n');
     line
 }
@@ -68,9 +71,17 @@ pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A readable account of a load error: the server's message, SQLSTATE, detail and hint.
 pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    match e.downcast_ref::<postgres::Error>().and_then(postgres::Error::as_db_error) {
+    match e
+        .downcast_ref::<postgres::Error>()
+        .and_then(postgres::Error::as_db_error)
+    {
         Some(db) => {
-            let mut s = format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code());
+            let mut s = format!(
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            );
             if let Some(d) = db.detail() {
                 s.push_str(&format!("; detail: {d}"));
             }
@@ -83,7 +94,11 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
-pub fn load(client: &mut Client, skills: &[Prepared], mut progress: impl FnMut(usize)) -> Result<ApplyCounts, LoadError> {
+pub fn load(
+    client: &mut Client,
+    skills: &[Prepared],
+    mut progress: impl FnMut(usize),
+) -> Result<ApplyCounts, LoadError> {
     let mut tx = client.transaction()?;
     tx.batch_execute(
         "CREATE TEMP TABLE skill_staging (
@@ -106,8 +121,16 @@ pub fn load(client: &mut Client, skills: &[Prepared], mut progress: impl FnMut(u
         }
         writer.finish()?;
     }
-    let row = tx.query_one("SELECT new_skills, updated, merged, unchanged FROM skills.apply_staging()", &[])?;
-    let counts = ApplyCounts { new: row.get(0), updated: row.get(1), merged: row.get(2), unchanged: row.get(3) };
+    let row = tx.query_one(
+        "SELECT new_skills, updated, merged, unchanged FROM skills.apply_staging()",
+        &[],
+    )?;
+    let counts = ApplyCounts {
+        new: row.get(0),
+        updated: row.get(1),
+        merged: row.get(2),
+        unchanged: row.get(3),
+    };
     tx.commit()?;
     Ok(counts)
 }
@@ -130,6 +153,9 @@ mod tests {
                 provenance: vec![serde_json::json!({"location": "x\ny"})],
             },
         };
-        assert_eq!(copy_line(7, &p), "7\th\tn\\\\x\ta\\tb\tl1\\nl2\\r\t\\N\t[{\"location\":\"x\\\\ny\"}]\n");
+        assert_eq!(
+            copy_line(7, &p),
+            "7\th\tn\\\\x\ta\\tb\tl1\\nl2\\r\t\\N\t[{\"location\":\"x\\\\ny\"}]\n"
+        );
     }
 }

@@ -65,7 +65,10 @@ pub fn split_front_matter(raw: &str) -> SplitDocument {
             // An opening marker without a closing one: not front matter, treat all as body.
         }
     }
-    SplitDocument { front_matter: None, body: normalize_body(&text) }
+    SplitDocument {
+        front_matter: None,
+        body: normalize_body(&text),
+    }
 }
 
 #[cfg(test)]
@@ -97,7 +100,10 @@ mod tests {
 
     #[test]
     fn inline_collapses_whitespace() {
-        assert_eq!(normalize_inline("  Use when\n  debugging\tRust  "), "Use when debugging Rust");
+        assert_eq!(
+            normalize_inline("  Use when\n  debugging\tRust  "),
+            "Use when debugging Rust"
+        );
     }
 
     #[test]

@@ -19,7 +19,10 @@ use crate::source::{identify_licence, nearest_licence_file, SourceInfo};
 #[derive(Debug)]
 pub enum Item {
     Skill(Skill),
-    Dropped { location: String, reason: DropReason },
+    Dropped {
+        location: String,
+        reason: DropReason,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +37,9 @@ pub const DEFAULT_MAX_DOCUMENT_KB: i32 = 512;
 
 impl Default for ReadLimits {
     fn default() -> Self {
-        ReadLimits { max_bytes: DEFAULT_MAX_DOCUMENT_KB as u64 * 1024 }
+        ReadLimits {
+            max_bytes: DEFAULT_MAX_DOCUMENT_KB as u64 * 1024,
+        }
     }
 }
 
@@ -49,7 +54,10 @@ fn decode(bytes: Vec<u8>) -> Result<String, DropReason> {
 /// The SKILL.md files under `root` (hidden folders included, `.git` skipped), sorted by path.
 pub fn skill_files(root: &Path) -> std::io::Result<Vec<PathBuf>> {
     if !root.is_dir() {
-        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} is not a directory", root.display())));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} is not a directory", root.display()),
+        ));
     }
     let mut files: Vec<PathBuf> = walkdir::WalkDir::new(root)
         .follow_links(false)
@@ -75,8 +83,18 @@ impl TreeReader {
         // The source root is canonical; make the file path comparable with it.
         let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         let path = canonical.as_path();
-        let rel = path.strip_prefix(&self.source.root).unwrap_or(path).to_string_lossy().into_owned();
-        let location = format!("{}:{rel}", self.source.repository.as_deref().unwrap_or(&self.source.root.to_string_lossy()));
+        let rel = path
+            .strip_prefix(&self.source.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned();
+        let location = format!(
+            "{}:{rel}",
+            self.source
+                .repository
+                .as_deref()
+                .unwrap_or(&self.source.root.to_string_lossy())
+        );
         match self.parse_file(path, &rel, &location) {
             Ok(skill) => Item::Skill(skill),
             Err(reason) => Item::Dropped { location, reason },
@@ -84,16 +102,24 @@ impl TreeReader {
     }
 
     fn parse_file(&self, path: &Path, rel: &str, location: &str) -> Result<Skill, DropReason> {
-        let size = std::fs::metadata(path).map_err(|e| DropReason::Io(e.to_string()))?.len();
+        let size = std::fs::metadata(path)
+            .map_err(|e| DropReason::Io(e.to_string()))?
+            .len();
         if size > self.limits.max_bytes {
-            return Err(DropReason::TooLarge { bytes: size, limit: self.limits.max_bytes });
+            return Err(DropReason::TooLarge {
+                bytes: size,
+                limit: self.limits.max_bytes,
+            });
         }
         let mut bytes = Vec::with_capacity(size as usize);
         File::open(path)
             .and_then(|f| f.take(self.limits.max_bytes + 1).read_to_end(&mut bytes))
             .map_err(|e| DropReason::Io(e.to_string()))?;
         let text = decode(bytes)?;
-        let folder = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+        let folder = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned());
         let mut skill = parse_skill_md(&text, folder.as_deref())?;
         let (license, basis, license_file) = match skill.license_field.clone() {
             Some(l) => (Some(l), "front matter", None),
@@ -101,9 +127,20 @@ impl TreeReader {
                 let dir = path.parent().unwrap_or(path);
                 match nearest_licence_file(dir, &self.source.root) {
                     Some(f) => {
-                        let id = std::fs::read_to_string(&f).ok().as_deref().and_then(identify_licence);
-                        let rel_file = f.strip_prefix(&self.source.root).unwrap_or(&f).to_string_lossy().into_owned();
-                        (Some(id.unwrap_or("unrecognised").to_owned()), "licence file", Some(rel_file))
+                        let id = std::fs::read_to_string(&f)
+                            .ok()
+                            .as_deref()
+                            .and_then(identify_licence);
+                        let rel_file = f
+                            .strip_prefix(&self.source.root)
+                            .unwrap_or(&f)
+                            .to_string_lossy()
+                            .into_owned();
+                        (
+                            Some(id.unwrap_or("unrecognised").to_owned()),
+                            "licence file",
+                            Some(rel_file),
+                        )
                     }
                     None => (None, "none found", None),
                 }
@@ -126,7 +163,10 @@ impl TreeReader {
 
 /// Reads a JSON-lines file into `(line number, line)` pairs, mapping oversize, binary and
 /// non-UTF-8 lines to drop reasons. An unreadable file is an error.
-fn json_lines(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<(usize, Result<String, DropReason>)>> {
+fn json_lines(
+    path: &Path,
+    limits: ReadLimits,
+) -> std::io::Result<Vec<(usize, Result<String, DropReason>)>> {
     let mut reader = BufReader::new(File::open(path)?);
     let mut out = Vec::new();
     let mut buf = Vec::new();
@@ -134,7 +174,9 @@ fn json_lines(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<(usize, Re
     loop {
         buf.clear();
         // Read at most max_bytes + 1 of a line, then skip the rest of an oversize line.
-        let n = (&mut reader).take(limits.max_bytes + 1).read_until(b'\n', &mut buf)?;
+        let n = (&mut reader)
+            .take(limits.max_bytes + 1)
+            .read_until(b'\n', &mut buf)?;
         if n == 0 {
             break;
         }
@@ -151,7 +193,10 @@ fn json_lines(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<(usize, Re
             continue;
         }
         let item = if size > limits.max_bytes {
-            Err(DropReason::TooLarge { bytes: size, limit: limits.max_bytes })
+            Err(DropReason::TooLarge {
+                bytes: size,
+                limit: limits.max_bytes,
+            })
         } else {
             decode(std::mem::take(&mut buf))
         };
@@ -177,8 +222,14 @@ fn parse_object(line: &str) -> Result<serde_json::Map<String, Value>, DropReason
 }
 
 fn reject_nul(skill: &Skill) -> Result<(), DropReason> {
-    let has_nul = [&skill.name, &skill.description, &skill.instructions].iter().any(|s| s.contains('\0'));
-    if has_nul { Err(DropReason::Binary) } else { Ok(()) }
+    let has_nul = [&skill.name, &skill.description, &skill.instructions]
+        .iter()
+        .any(|s| s.contains('\0'));
+    if has_nul {
+        Err(DropReason::Binary)
+    } else {
+        Ok(())
+    }
 }
 
 /// JSONL records: `{"name", "description", "instructions" (or "body"), "category"?, "license"?,
@@ -186,12 +237,17 @@ fn reject_nul(skill: &Skill) -> Result<(), DropReason> {
 pub fn read_jsonl(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<Item>> {
     // Locations must not depend on how the path was typed.
     let file = path.canonicalize()?.to_string_lossy().into_owned();
-    read_records(path, limits, |line_no| format!("jsonl:{file}#{line_no}"), |obj, location| {
-        if let Some(id) = string_field(obj, &["id"]) {
-            *location = format!("jsonl:{file}#{id}");
-        }
-        jsonl_record(obj, location)
-    })
+    read_records(
+        path,
+        limits,
+        |line_no| format!("jsonl:{file}#{line_no}"),
+        |obj, location| {
+            if let Some(id) = string_field(obj, &["id"]) {
+                *location = format!("jsonl:{file}#{id}");
+            }
+            jsonl_record(obj, location)
+        },
+    )
 }
 
 /// One [`Item`] per JSON object line. `location` starts as `line_location(line number)`; `parse`
@@ -215,7 +271,9 @@ fn read_records(
 }
 
 fn jsonl_record(obj: &serde_json::Map<String, Value>, location: &str) -> Result<Skill, DropReason> {
-    let name = string_field(obj, &["name"]).map(|n| normalize_inline(&n)).unwrap_or_default();
+    let name = string_field(obj, &["name"])
+        .map(|n| normalize_inline(&n))
+        .unwrap_or_default();
     if name.is_empty() {
         return Err(DropReason::MissingName("record has no name".into()));
     }
@@ -224,8 +282,9 @@ fn jsonl_record(obj: &serde_json::Map<String, Value>, location: &str) -> Result<
         None => None,
     };
     let description = normalize_inline(&string_field(obj, &["description"]).unwrap_or_default());
-    let instructions =
-        normalize_body(&unify_line_endings(&string_field(obj, &["instructions", "body"]).unwrap_or_default()));
+    let instructions = normalize_body(&unify_line_endings(
+        &string_field(obj, &["instructions", "body"]).unwrap_or_default(),
+    ));
     if description.is_empty() && instructions.is_empty() {
         return Err(DropReason::Empty);
     }
@@ -242,7 +301,14 @@ fn jsonl_record(obj: &serde_json::Map<String, Value>, location: &str) -> Result<
             }
         }
     }
-    let skill = Skill { name, description, instructions, category, license_field: license, provenance: vec![entry] };
+    let skill = Skill {
+        name,
+        description,
+        instructions,
+        category,
+        license_field: license,
+        provenance: vec![entry],
+    };
     reject_nul(&skill)?;
     Ok(skill)
 }
@@ -250,18 +316,31 @@ fn jsonl_record(obj: &serde_json::Map<String, Value>, location: &str) -> Result<
 /// BEIR `corpus.jsonl`: `{"_id", "title", "text"}`. A `text` with SKILL.md front matter is parsed
 /// as a SKILL.md; otherwise the text is the description (short) or the instructions (long).
 pub fn read_beir(path: &Path, dataset: &str, limits: ReadLimits) -> std::io::Result<Vec<Item>> {
-    read_records(path, limits, |line_no| format!("beir:{dataset}:line{line_no}"), |obj, location| {
-        let id = string_field(obj, &["_id"]).ok_or_else(|| DropReason::MissingName("BEIR record has no _id".into()))?;
-        *location = format!("beir:{dataset}:{id}");
-        beir_record(obj, &id, dataset, location)
-    })
+    read_records(
+        path,
+        limits,
+        |line_no| format!("beir:{dataset}:line{line_no}"),
+        |obj, location| {
+            let id = string_field(obj, &["_id"])
+                .ok_or_else(|| DropReason::MissingName("BEIR record has no _id".into()))?;
+            *location = format!("beir:{dataset}:{id}");
+            beir_record(obj, &id, dataset, location)
+        },
+    )
 }
 
 /// Texts up to this many characters become the description of a non-SKILL.md BEIR document.
 const BEIR_SHORT_TEXT_CHARS: usize = 1024;
 
-fn beir_record(obj: &serde_json::Map<String, Value>, id: &str, dataset: &str, location: &str) -> Result<Skill, DropReason> {
-    let title = string_field(obj, &["title"]).filter(|t| !t.trim().is_empty()).unwrap_or_else(|| id.to_owned());
+fn beir_record(
+    obj: &serde_json::Map<String, Value>,
+    id: &str,
+    dataset: &str,
+    location: &str,
+) -> Result<Skill, DropReason> {
+    let title = string_field(obj, &["title"])
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| id.to_owned());
     let text = string_field(obj, &["text"]).unwrap_or_default();
     let mut skill = if unify_line_endings(&text).starts_with("---\n") {
         parse_skill_md(&text, Some(&title))?
@@ -313,18 +392,46 @@ mod tests {
     fn tree_reader_handles_good_and_bad_files() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        write(&root.join("LICENSE"), b"MIT License\n\nPermission is hereby granted, free of charge, to any person");
-        write(&root.join("skills/good/SKILL.md"), b"---\nname: good\ndescription: d\n---\n# Good\n\n```sh\nls\n```\n");
-        write(&root.join(".github/skills/hidden/SKILL.md"), b"---\nname: hidden\ndescription: d\nlicense: Apache-2.0\n---\nbody\n");
-        write(&root.join("skills/yaml/SKILL.md"), b"---\nname: [broken\n---\nbody\n");
-        write(&root.join("skills/utf8/SKILL.md"), b"---\nname: x\n---\n\xff\xfe bad\n");
-        write(&root.join("skills/bin/SKILL.md"), b"---\nname: x\n---\n\0\0\0");
-        write(&root.join("skills/noname/SKILL.md"), b"---\ndescription: no name\n---\nbody\n");
+        write(
+            &root.join("LICENSE"),
+            b"MIT License\n\nPermission is hereby granted, free of charge, to any person",
+        );
+        write(
+            &root.join("skills/good/SKILL.md"),
+            b"---\nname: good\ndescription: d\n---\n# Good\n\n```sh\nls\n```\n",
+        );
+        write(
+            &root.join(".github/skills/hidden/SKILL.md"),
+            b"---\nname: hidden\ndescription: d\nlicense: Apache-2.0\n---\nbody\n",
+        );
+        write(
+            &root.join("skills/yaml/SKILL.md"),
+            b"---\nname: [broken\n---\nbody\n",
+        );
+        write(
+            &root.join("skills/utf8/SKILL.md"),
+            b"---\nname: x\n---\n\xff\xfe bad\n",
+        );
+        write(
+            &root.join("skills/bin/SKILL.md"),
+            b"---\nname: x\n---\n\0\0\0",
+        );
+        write(
+            &root.join("skills/noname/SKILL.md"),
+            b"---\ndescription: no name\n---\nbody\n",
+        );
         write(&root.join("skills/big/SKILL.md"), &vec![b'a'; 2048]);
         write(&root.join("skills/ignored/README.md"), b"# not a skill");
-        write(&root.join(".git/SKILL.md"), b"---\nname: in-git-dir\n---\nx\n");
+        write(
+            &root.join(".git/SKILL.md"),
+            b"---\nname: in-git-dir\n---\nx\n",
+        );
         let reader = TreeReader {
-            source: SourceInfo { root: root.to_path_buf(), repository: None, commit: None },
+            source: SourceInfo {
+                root: root.to_path_buf(),
+                repository: None,
+                commit: None,
+            },
             limits: ReadLimits { max_bytes: 1024 },
         };
         let files = skill_files(root).unwrap();
@@ -332,8 +439,23 @@ mod tests {
         let items: Vec<Item> = files.iter().map(|f| reader.read_file(f)).collect();
         let mut keys: Vec<_> = items.iter().filter_map(dropped_key).collect();
         keys.sort();
-        assert_eq!(keys, vec!["bad_yaml", "binary", "invalid_utf8", "missing_name", "too_large"]);
-        let skills: Vec<&Skill> = items.iter().filter_map(|i| match i { Item::Skill(s) => Some(s), _ => None }).collect();
+        assert_eq!(
+            keys,
+            vec![
+                "bad_yaml",
+                "binary",
+                "invalid_utf8",
+                "missing_name",
+                "too_large"
+            ]
+        );
+        let skills: Vec<&Skill> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Skill(s) => Some(s),
+                _ => None,
+            })
+            .collect();
         let good = skills.iter().find(|s| s.name == "good").unwrap();
         assert_eq!(good.provenance[0]["license"], "MIT");
         assert_eq!(good.provenance[0]["license_basis"], "licence file");
@@ -351,7 +473,11 @@ mod tests {
         writeln!(f, r#"{{"id":"a","name":"alpha","description":"d","instructions":"i","category":"testing"}}"#).unwrap();
         writeln!(f, "not json").unwrap();
         writeln!(f, r#"{{"description":"no name"}}"#).unwrap();
-        writeln!(f, r#"{{"name":"c","description":"d","category":"cooking"}}"#).unwrap();
+        writeln!(
+            f,
+            r#"{{"name":"c","description":"d","category":"cooking"}}"#
+        )
+        .unwrap();
         writeln!(f, r#"{{"name":"nul","description":"a\u0000b"}}"#).unwrap();
         writeln!(f).unwrap();
         f.write_all(b"{\"name\":\"\xff\"}\n").unwrap();
@@ -362,12 +488,24 @@ mod tests {
         let keys: Vec<_> = items.iter().map(dropped_key).collect();
         assert_eq!(
             keys,
-            vec![None, Some("bad_json"), Some("missing_name"), Some("bad_json"), Some("binary"), Some("invalid_utf8"), Some("too_large"), Some("bad_json")]
+            vec![
+                None,
+                Some("bad_json"),
+                Some("missing_name"),
+                Some("bad_json"),
+                Some("binary"),
+                Some("invalid_utf8"),
+                Some("too_large"),
+                Some("bad_json")
+            ]
         );
         match &items[0] {
             Item::Skill(s) => {
                 assert_eq!(s.category, Some(Category::Testing));
-                assert!(s.provenance[0]["location"].as_str().unwrap().ends_with("#a"));
+                assert!(s.provenance[0]["location"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("#a"));
             }
             other => panic!("{other:?}"),
         }
@@ -389,7 +527,10 @@ mod tests {
         let items = read_beir(&p, "demo", ReadLimits::default()).unwrap();
         match (&items[0], &items[1]) {
             (Item::Skill(a), Item::Skill(b)) => {
-                assert_eq!((a.name.as_str(), a.description.as_str()), ("Tool", "Converts text to SQL."));
+                assert_eq!(
+                    (a.name.as_str(), a.description.as_str()),
+                    ("Tool", "Converts text to SQL.")
+                );
                 assert_eq!(a.provenance[0]["doc_id"], "t1");
                 assert_eq!(b.name, "real-name");
                 assert_eq!(b.provenance[0]["location"], "beir:demo:s1");

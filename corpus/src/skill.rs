@@ -30,8 +30,9 @@ impl Skill {
     }
 
     pub fn category_or_classified(&self) -> Category {
-        self.category
-            .unwrap_or_else(|| crate::category::classify(&self.name, &self.description, &self.instructions))
+        self.category.unwrap_or_else(|| {
+            crate::category::classify(&self.name, &self.description, &self.instructions)
+        })
     }
 
     pub fn byte_len(&self) -> usize {
@@ -94,11 +95,16 @@ fn parse_front_matter(yaml: &str) -> Result<FrontMatter, DropReason> {
     let map = match value {
         serde_yaml_ng::Value::Mapping(m) => m,
         serde_yaml_ng::Value::Null => return Ok(FrontMatter::default()),
-        other => return Err(DropReason::BadYaml(format!("front matter is not a mapping but {other:?}"))),
+        other => {
+            return Err(DropReason::BadYaml(format!(
+                "front matter is not a mapping but {other:?}"
+            )))
+        }
     };
     let get = |key: &str| map.get(serde_yaml_ng::Value::String(key.into()));
     Ok(FrontMatter {
-        name: get("name").map(|v| scalar_to_string(v).ok_or_else(|| format!("name is not a string: {v:?}"))),
+        name: get("name")
+            .map(|v| scalar_to_string(v).ok_or_else(|| format!("name is not a string: {v:?}"))),
         description: get("description").and_then(scalar_to_string),
         license: get("license").and_then(scalar_to_string),
     })
@@ -133,7 +139,12 @@ fn first_paragraph(body: &str) -> Option<String> {
         .split("\n\n")
         .map(str::trim)
         .find(|p| !p.is_empty() && !p.starts_with('#') && !p.starts_with("```"))?;
-    Some(normalize_inline(para).chars().take(DERIVED_DESCRIPTION_CHARS).collect())
+    Some(
+        normalize_inline(para)
+            .chars()
+            .take(DERIVED_DESCRIPTION_CHARS)
+            .collect(),
+    )
 }
 
 /// Parses a SKILL.md. `fallback_name` (the folder name) is used when there is no front matter
@@ -206,25 +217,45 @@ mod tests {
 
     #[test]
     fn no_front_matter_takes_heading_then_folder() {
-        let s = parse_skill_md("# Parallel Processing\n\nSplit work across cores.\n", Some("pp")).unwrap();
+        let s = parse_skill_md(
+            "# Parallel Processing\n\nSplit work across cores.\n",
+            Some("pp"),
+        )
+        .unwrap();
         assert_eq!(s.name, "Parallel Processing");
         assert_eq!(s.description, "Split work across cores.");
         let s = parse_skill_md("Just text without heading.", Some("folder-name")).unwrap();
         assert_eq!(s.name, "folder-name");
-        let s = parse_skill_md("```bash\n#!/usr/bin/env bash\n# comment\n```\n#hashtag\n\n## Real Title\n", Some("f")).unwrap();
+        let s = parse_skill_md(
+            "```bash\n#!/usr/bin/env bash\n# comment\n```\n#hashtag\n\n## Real Title\n",
+            Some("f"),
+        )
+        .unwrap();
         assert_eq!(s.name, "Real Title");
     }
 
     #[test]
     fn malformed_front_matter_is_reported() {
-        assert!(matches!(parse_skill_md("---\nname: [unclosed\n---\nbody", None), Err(DropReason::BadYaml(_))));
-        assert!(matches!(parse_skill_md("---\n- a\n- b\n---\nbody", None), Err(DropReason::BadYaml(_))));
+        assert!(matches!(
+            parse_skill_md("---\nname: [unclosed\n---\nbody", None),
+            Err(DropReason::BadYaml(_))
+        ));
+        assert!(matches!(
+            parse_skill_md("---\n- a\n- b\n---\nbody", None),
+            Err(DropReason::BadYaml(_))
+        ));
         assert!(matches!(
             parse_skill_md("---\nname: [TODO: lowercase-name]\n---\nbody", None),
             Err(DropReason::MissingName(_))
         ));
-        assert!(matches!(parse_skill_md("---\ndescription: x\n---\nbody", None), Err(DropReason::MissingName(_))));
-        assert!(matches!(parse_skill_md("---\nname: x\n---\n", None), Err(DropReason::Empty)));
+        assert!(matches!(
+            parse_skill_md("---\ndescription: x\n---\nbody", None),
+            Err(DropReason::MissingName(_))
+        ));
+        assert!(matches!(
+            parse_skill_md("---\nname: x\n---\n", None),
+            Err(DropReason::Empty)
+        ));
     }
 
     #[test]

@@ -16,7 +16,12 @@ pub struct SourceInfo {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -26,8 +31,14 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
 
 fn manifest_value(text: &str, key: &str) -> Option<String> {
     text.lines().find_map(|l| {
-        let rest = l.trim_start_matches(['-', ' ', '*']).strip_prefix(key)?.strip_prefix(':')?;
-        let first = rest.split_whitespace().next()?.trim_matches(['`', '<', '>']);
+        let rest = l
+            .trim_start_matches(['-', ' ', '*'])
+            .strip_prefix(key)?
+            .strip_prefix(':')?;
+        let first = rest
+            .split_whitespace()
+            .next()?
+            .trim_matches(['`', '<', '>']);
         (!first.is_empty()).then(|| first.to_owned())
     })
 }
@@ -50,7 +61,11 @@ impl SourceInfo {
                 commit: commit.or_else(|| git(&tree, &["rev-parse", "HEAD"])),
             };
         }
-        SourceInfo { repository, commit, root: tree }
+        SourceInfo {
+            repository,
+            commit,
+            root: tree,
+        }
     }
 
     /// A browsable URL for a file, when the repository is on GitHub and the commit is known.
@@ -62,7 +77,8 @@ impl SourceInfo {
             Some(rest) => format!("https://github.com/{rest}"),
             None => base.to_owned(),
         };
-        base.starts_with("https://github.com/").then(|| format!("{base}/blob/{commit}/{rel_path}"))
+        base.starts_with("https://github.com/")
+            .then(|| format!("{base}/blob/{commit}/{rel_path}"))
     }
 }
 
@@ -76,7 +92,11 @@ pub fn identify_licence(text: &str) -> Option<&'static str> {
     } else if t.contains("permission is hereby granted, free of charge") {
         Some("MIT")
     } else if t.contains("redistribution and use in source and binary forms") {
-        Some(if t.contains("neither the name") { "BSD-3-Clause" } else { "BSD-2-Clause" })
+        Some(if t.contains("neither the name") {
+            "BSD-3-Clause"
+        } else {
+            "BSD-2-Clause"
+        })
     } else if t.contains("permission to use, copy, modify, and/or distribute") {
         Some("ISC")
     } else if t.contains("mozilla public license") {
@@ -119,7 +139,10 @@ mod tests {
     #[test]
     fn manifest_lines() {
         let m = "# x\n\n- Repository: https://github.com/obra/superpowers\n- Commit: `44c9b2d` (2026)\n";
-        assert_eq!(manifest_value(m, "Repository").as_deref(), Some("https://github.com/obra/superpowers"));
+        assert_eq!(
+            manifest_value(m, "Repository").as_deref(),
+            Some("https://github.com/obra/superpowers")
+        );
         assert_eq!(manifest_value(m, "Commit").as_deref(), Some("44c9b2d"));
         assert_eq!(manifest_value(m, "Licence"), None);
     }
@@ -127,7 +150,11 @@ mod tests {
     #[test]
     fn manifest_wins_over_an_enclosing_checkout() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("SOURCE.md"), "- Repository: https://github.com/a/b\n- Commit: `c0ffee`\n").unwrap();
+        std::fs::write(
+            dir.path().join("SOURCE.md"),
+            "- Repository: https://github.com/a/b\n- Commit: `c0ffee`\n",
+        )
+        .unwrap();
         let s = SourceInfo::detect(dir.path(), None, None);
         assert_eq!(s.repository.as_deref(), Some("https://github.com/a/b"));
         assert_eq!(s.commit.as_deref(), Some("c0ffee"));
@@ -143,15 +170,27 @@ mod tests {
             repository: Some("git@github.com:a/b.git".into()),
             commit: Some("abc".into()),
         };
-        assert_eq!(s.file_url("skills/x/SKILL.md").unwrap(), "https://github.com/a/b/blob/abc/skills/x/SKILL.md");
-        let s = SourceInfo { repository: Some("https://gitlab.com/a/b".into()), ..s };
+        assert_eq!(
+            s.file_url("skills/x/SKILL.md").unwrap(),
+            "https://github.com/a/b/blob/abc/skills/x/SKILL.md"
+        );
+        let s = SourceInfo {
+            repository: Some("https://gitlab.com/a/b".into()),
+            ..s
+        };
         assert_eq!(s.file_url("x"), None);
     }
 
     #[test]
     fn licence_texts() {
-        assert_eq!(identify_licence("MIT License\n\nPermission is hereby granted, free of charge, to any"), Some("MIT"));
-        assert_eq!(identify_licence("Apache License\nVersion 2.0, January 2004"), Some("Apache-2.0"));
+        assert_eq!(
+            identify_licence("MIT License\n\nPermission is hereby granted, free of charge, to any"),
+            Some("MIT")
+        );
+        assert_eq!(
+            identify_licence("Apache License\nVersion 2.0, January 2004"),
+            Some("Apache-2.0")
+        );
         assert_eq!(identify_licence("All rights reserved."), None);
     }
 
@@ -162,7 +201,10 @@ mod tests {
         std::fs::create_dir_all(&deep).unwrap();
         assert_eq!(nearest_licence_file(&deep, dir.path()), None);
         std::fs::write(dir.path().join("a/LICENSE"), "x").unwrap();
-        assert_eq!(nearest_licence_file(&deep, dir.path()), Some(dir.path().join("a/LICENSE")));
+        assert_eq!(
+            nearest_licence_file(&deep, dir.path()),
+            Some(dir.path().join("a/LICENSE"))
+        );
         assert_eq!(nearest_licence_file(&deep, &dir.path().join("a/b")), None);
     }
 }

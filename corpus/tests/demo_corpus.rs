@@ -19,8 +19,16 @@ fn intended() -> BTreeMap<String, Category> {
     readme
         .lines()
         .filter_map(|l| {
-            let cells: Vec<&str> = l.trim().trim_matches('|').split('|').map(|c| c.trim().trim_matches('`')).collect();
-            Some((cells.first()?.to_string(), cells.get(1)?.parse::<Category>().ok()?))
+            let cells: Vec<&str> = l
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().trim_matches('`'))
+                .collect();
+            Some((
+                cells.first()?.to_string(),
+                cells.get(1)?.parse::<Category>().ok()?,
+            ))
         })
         .collect()
 }
@@ -28,8 +36,15 @@ fn intended() -> BTreeMap<String, Category> {
 #[test]
 fn demo_corpus_loads_whole_and_classifies_as_intended() {
     let intended = intended();
-    assert!(intended.len() >= 40, "README lists {} skills", intended.len());
-    let reader = TreeReader { source: SourceInfo::detect(demo_dir(), None, None), limits: ReadLimits::default() };
+    assert!(
+        intended.len() >= 40,
+        "README lists {} skills",
+        intended.len()
+    );
+    let reader = TreeReader {
+        source: SourceInfo::detect(demo_dir(), None, None),
+        limits: ReadLimits::default(),
+    };
     let mut pipeline = Pipeline::new(PipelineOptions { code_filter: true });
     let mut mismatches = Vec::new();
     let mut seen = BTreeSet::new();
@@ -38,9 +53,15 @@ fn demo_corpus_loads_whole_and_classifies_as_intended() {
         if let Item::Skill(s) = &item {
             let got = classify(&s.name, &s.description, &s.instructions);
             seen.insert(got);
-            let want = intended.get(&s.name).unwrap_or_else(|| panic!("{} missing from README", s.name));
+            let want = intended
+                .get(&s.name)
+                .unwrap_or_else(|| panic!("{} missing from README", s.name));
             if got != *want {
-                mismatches.push(format!("{}: intended {want}, got {got} {:?}", s.name, scores(&s.name, &s.description, &s.instructions)));
+                mismatches.push(format!(
+                    "{}: intended {want}, got {got} {:?}",
+                    s.name,
+                    scores(&s.name, &s.description, &s.instructions)
+                ));
             }
         }
         pipeline.push(item);
@@ -49,7 +70,11 @@ fn demo_corpus_loads_whole_and_classifies_as_intended() {
     assert_eq!(counts.dropped_total(), 0, "{:?}", counts.drop_log);
     assert_eq!(skills.len(), intended.len());
     assert_eq!(seen.len(), 7, "all seven categories occur: {seen:?}");
-    assert!(mismatches.len() * 10 <= skills.len(), "classifier disagrees on more than 10%:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.len() * 10 <= skills.len(),
+        "classifier disagrees on more than 10%:\n{}",
+        mismatches.join("\n")
+    );
     for m in &mismatches {
         eprintln!("classifier disagreement: {m}");
     }

@@ -36,5 +36,8 @@ fn max_document_bytes() -> i64 {
 /// `pg_skills.bm25_stemming` is on): what a query is matched with.
 #[pg_extern(stable, parallel_safe, strict)]
 fn tokenize(input: &str) -> Vec<String> {
-    Analyzer::new(AnalyzerConfig { stemming: guc::BM25_STEMMING.get() }).tokens(input)
+    Analyzer::new(AnalyzerConfig {
+        stemming: guc::BM25_STEMMING.get(),
+    })
+    .tokens(input)
 }

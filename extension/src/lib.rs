@@ -4,10 +4,12 @@
 //! - [`guc`]: configuration (`pg_skills.*`).
 //! - [`schema`]: the SQL files in `sql/` that define tables, views, triggers and `skills.search`.
 //! - [`documents`]: per-document functions the trigger and loader share (hash, tokens, category).
+//! - [`bm25`]: the `bm25` index access method and its `<&>` operator.
 //! - [`search`]: the reference BM25 sequential scan behind `skills.search(..., method => 'bm25')`.
 
 use pgrx::prelude::*;
 
+mod bm25;
 mod documents;
 mod errors;
 mod guc;
@@ -19,6 +21,7 @@ mod search;
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::init();
+    bm25::options::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

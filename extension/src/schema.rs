@@ -2,5 +2,11 @@
 
 // Types, tables, views: before any function.
 pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
+// The bm25 operator, operator class and query helpers: after the access method and operator function.
+pgrx::extension_sql_file!(
+    "../../sql/bm25.sql",
+    name = "bm25",
+    requires = [bm25::bm25_handler, bm25::operator::bm25_distance]
+);
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!("../../sql/api.sql", name = "api", finalize);

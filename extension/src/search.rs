@@ -16,7 +16,11 @@ use crate::errors::raise;
 use crate::guc;
 
 fn current_params() -> Bm25Params {
-    Bm25Params { k1: guc::BM25_K1.get(), b: guc::BM25_B.get(), ..Bm25Params::default() }
+    Bm25Params {
+        k1: guc::BM25_K1.get(),
+        b: guc::BM25_B.get(),
+        ..Bm25Params::default()
+    }
 }
 
 /// Every skill matching `query`, best first (score descending, then id), at most `k` (NULL: all),
@@ -37,10 +41,19 @@ fn bm25_scan(
         None => None,
     };
     let wanted: Option<HashSet<String>> = categories.map(|c| c.into_iter().flatten().collect());
-    let mut scorer = ReferenceScorer::new(current_params(), AnalyzerConfig { stemming: guc::BM25_STEMMING.get() })
-        .unwrap_or_else(|e| {
-            raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e, Some("Check pg_skills.bm25_k1 and pg_skills.bm25_b."))
-        });
+    let mut scorer = ReferenceScorer::new(
+        current_params(),
+        AnalyzerConfig {
+            stemming: guc::BM25_STEMMING.get(),
+        },
+    )
+    .unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            e,
+            Some("Check pg_skills.bm25_k1 and pg_skills.bm25_b."),
+        )
+    });
     let mut allowed = HashSet::new();
     Spi::connect(|client| -> Result<(), pgrx::spi::Error> {
         let rows = client.select(
@@ -50,7 +63,9 @@ fn bm25_scan(
         )?;
         for row in rows {
             let id: i64 = row.get(1)?.expect("skills.skill.id is NOT NULL");
-            let text = |i: usize| -> Result<String, pgrx::spi::Error> { Ok(row.get::<String>(i)?.unwrap_or_default()) };
+            let text = |i: usize| -> Result<String, pgrx::spi::Error> {
+                Ok(row.get::<String>(i)?.unwrap_or_default())
+            };
             scorer.add(id, &text(2)?, &text(3)?, &text(4)?);
             if let Some(w) = &wanted {
                 if w.contains(&text(5)?) {
@@ -60,7 +75,13 @@ fn bm25_scan(
         }
         Ok(())
     })
-    .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("reading skills: {e}"), None));
+    .unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("reading skills: {e}"),
+            None,
+        )
+    });
     let hits = scorer.search(query, limit, |id| wanted.is_none() || allowed.contains(&id));
     TableIterator::new(hits.into_iter().map(|h| (h.id, h.score)))
 }

@@ -10,7 +10,9 @@ mod tests {
     }
 
     fn one<T: pgrx::IntoDatum + pgrx::FromDatum>(sql: &str) -> T {
-        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}")).unwrap_or_else(|| panic!("{sql}: NULL"))
+        Spi::get_one::<T>(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .unwrap_or_else(|| panic!("{sql}: NULL"))
     }
 
     fn insert(name: &str, description: &str, instructions: &str) -> i64 {
@@ -28,23 +30,49 @@ mod tests {
 
     fn search(sql_args: &str) -> Vec<(i64, f64)> {
         Spi::connect(|c| {
-            c.select(&format!("SELECT id, score FROM skills.search({sql_args})"), None, &[])
-                .unwrap()
-                .map(|r| (r.get::<i64>(1).unwrap().unwrap(), r.get::<f64>(2).unwrap().unwrap()))
-                .collect()
+            c.select(
+                &format!("SELECT id, score FROM skills.search({sql_args})"),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| {
+                (
+                    r.get::<i64>(1).unwrap().unwrap(),
+                    r.get::<f64>(2).unwrap().unwrap(),
+                )
+            })
+            .collect()
         })
     }
 
     #[pg_test]
     fn insert_derives_hash_tokens_category_and_version() {
-        let id = insert("pytest-fixtures", "Write pytest fixtures for unit tests", "Use conftest.py.");
+        let id = insert(
+            "pytest-fixtures",
+            "Write pytest fixtures for unit tests",
+            "Use conftest.py.",
+        );
         let (hash, tokens, category, version): (String, i32, String, i32) = (
-            one(&format!("SELECT content_hash FROM skills.skill WHERE id = {id}")),
-            one(&format!("SELECT token_count FROM skills.skill WHERE id = {id}")),
-            one(&format!("SELECT category::text FROM skills.skill WHERE id = {id}")),
+            one(&format!(
+                "SELECT content_hash FROM skills.skill WHERE id = {id}"
+            )),
+            one(&format!(
+                "SELECT token_count FROM skills.skill WHERE id = {id}"
+            )),
+            one(&format!(
+                "SELECT category::text FROM skills.skill WHERE id = {id}"
+            )),
             one(&format!("SELECT version FROM skills.skill WHERE id = {id}")),
         );
-        assert_eq!(hash, pg_skills_corpus::skill::content_hash("pytest-fixtures", "Write pytest fixtures for unit tests", "Use conftest.py."));
+        assert_eq!(
+            hash,
+            pg_skills_corpus::skill::content_hash(
+                "pytest-fixtures",
+                "Write pytest fixtures for unit tests",
+                "Use conftest.py."
+            )
+        );
         assert!(tokens > 5 && tokens < 40, "{tokens}");
         assert_eq!(category, "testing");
         assert_eq!(version, 1);
@@ -53,8 +81,14 @@ mod tests {
     #[pg_test]
     fn explicit_category_overrides_classifier() {
         exec("INSERT INTO skills.skill (name, description, category) VALUES ('pytest-x', 'unit tests', 'docs_tooling')");
-        assert_eq!(one::<String>("SELECT category::text FROM skills.skill"), "docs_tooling");
-        assert_eq!(one::<i64>("SELECT count(*) FROM skills.pool_docs_tooling"), 1);
+        assert_eq!(
+            one::<String>("SELECT category::text FROM skills.skill"),
+            "docs_tooling"
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.pool_docs_tooling"),
+            1
+        );
         assert_eq!(one::<i64>("SELECT count(*) FROM skills.pool_testing"), 0);
     }
 
@@ -74,7 +108,9 @@ mod tests {
         insert("big", "", &"x".repeat(2000));
     }
 
-    #[pg_test(error = "duplicate key value violates unique constraint \"skill_content_hash_unique\"")]
+    #[pg_test(
+        error = "duplicate key value violates unique constraint \"skill_content_hash_unique\""
+    )]
     fn same_normalised_content_is_one_skill() {
         insert("a", "desc", "body");
         insert(" a ", "desc ", "body\r\n");
@@ -84,18 +120,38 @@ mod tests {
     fn same_name_different_content_is_two_skills() {
         insert("a", "desc", "body one");
         insert("a", "desc", "body two");
-        assert_eq!(one::<i64>("SELECT count(*) FROM skills.skill WHERE name = 'a'"), 2);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.skill WHERE name = 'a'"),
+            2
+        );
     }
 
     #[pg_test]
     fn content_change_bumps_version_and_keeps_history() {
         let id = insert("a", "desc", "body one");
-        let old_hash: String = one(&format!("SELECT content_hash FROM skills.skill WHERE id = {id}"));
-        exec(&format!("UPDATE skills.skill SET category = 'testing' WHERE id = {id}"));
-        assert_eq!(one::<i32>(&format!("SELECT version FROM skills.skill WHERE id = {id}")), 1);
-        exec(&format!("UPDATE skills.skill SET instructions = 'body two' WHERE id = {id}"));
-        assert_eq!(one::<i32>(&format!("SELECT version FROM skills.skill WHERE id = {id}")), 2);
-        assert_ne!(one::<String>(&format!("SELECT content_hash FROM skills.skill WHERE id = {id}")), old_hash);
+        let old_hash: String = one(&format!(
+            "SELECT content_hash FROM skills.skill WHERE id = {id}"
+        ));
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'testing' WHERE id = {id}"
+        ));
+        assert_eq!(
+            one::<i32>(&format!("SELECT version FROM skills.skill WHERE id = {id}")),
+            1
+        );
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'body two' WHERE id = {id}"
+        ));
+        assert_eq!(
+            one::<i32>(&format!("SELECT version FROM skills.skill WHERE id = {id}")),
+            2
+        );
+        assert_ne!(
+            one::<String>(&format!(
+                "SELECT content_hash FROM skills.skill WHERE id = {id}"
+            )),
+            old_hash
+        );
         assert_eq!(
             one::<String>(&format!("SELECT content_hash FROM skills.skill_version WHERE skill_id = {id} AND version = 1")),
             old_hash
@@ -114,12 +170,19 @@ mod tests {
                   + (SELECT count(*) FROM skills.pool_docs_tooling)",
         );
         assert_eq!(pools, 3);
-        assert_eq!(one::<i64>("SELECT count(*) FROM skills.pool_devops_infra"), 1);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.pool_devops_infra"),
+            1
+        );
     }
 
     fn tiny_corpus() -> [i64; 3] {
         exec("SET LOCAL pg_skills.bm25_stemming = off");
-        [insert("rust", "test runner", ""), insert("python", "", "debugger"), insert("rust", "rust", "borrow checker")]
+        [
+            insert("rust", "test runner", ""),
+            insert("python", "", "debugger"),
+            insert("rust", "rust", "borrow checker"),
+        ]
     }
 
     #[pg_test]
@@ -148,17 +211,35 @@ mod tests {
     #[pg_test]
     fn category_filter_and_limits() {
         let [a, b, c] = tiny_corpus();
-        exec(&format!("UPDATE skills.skill SET category = 'testing' WHERE id IN ({a}, {b})"));
-        exec(&format!("UPDATE skills.skill SET category = 'debugging' WHERE id = {c}"));
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'testing' WHERE id IN ({a}, {b})"
+        ));
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'debugging' WHERE id = {c}"
+        ));
         let all = search("'rust python', k => NULL");
         assert_eq!(all.len(), 3);
-        let testing = search("'rust python', categories => ARRAY['testing']::skills.category[], k => NULL");
-        assert_eq!(testing.iter().map(|h| h.0).collect::<Vec<_>>(), all.iter().map(|h| h.0).filter(|id| *id != c).collect::<Vec<_>>());
+        let testing =
+            search("'rust python', categories => ARRAY['testing']::skills.category[], k => NULL");
+        assert_eq!(
+            testing.iter().map(|h| h.0).collect::<Vec<_>>(),
+            all.iter()
+                .map(|h| h.0)
+                .filter(|id| *id != c)
+                .collect::<Vec<_>>()
+        );
         for (id, score) in &testing {
-            assert_eq!(all.iter().find(|h| h.0 == *id).unwrap().1, *score, "filter must not change scores");
+            assert_eq!(
+                all.iter().find(|h| h.0 == *id).unwrap().1,
+                *score,
+                "filter must not change scores"
+            );
         }
         assert_eq!(search("'rust python', k => 1"), all[..1].to_vec());
-        assert_eq!(search("'rust python', categories => ARRAY['data_ml']::skills.category[]").len(), 0);
+        assert_eq!(
+            search("'rust python', categories => ARRAY['data_ml']::skills.category[]").len(),
+            0
+        );
     }
 
     #[pg_test]
@@ -221,7 +302,10 @@ mod tests {
 
     fn apply() -> (i64, i64, i64, i64) {
         Spi::connect(|c| {
-            let r = c.select("SELECT * FROM skills.apply_staging()", None, &[]).unwrap().first();
+            let r = c
+                .select("SELECT * FROM skills.apply_staging()", None, &[])
+                .unwrap()
+                .first();
             (
                 r.get::<i64>(1).unwrap().unwrap(),
                 r.get::<i64>(2).unwrap().unwrap(),
@@ -236,16 +320,29 @@ mod tests {
         stage(&[("a", "one", "r1:a"), ("b", "two", "r1:b")]);
         assert_eq!(apply(), (2, 0, 0, 0));
         stage(&[("a", "one", "r1:a"), ("b", "two", "r1:b")]);
-        assert_eq!(apply(), (0, 0, 0, 2), "re-running unchanged sources changes nothing");
-        stage(&[("a", "one", "r2:a")]);
-        assert_eq!(apply(), (0, 0, 1, 0), "same content from a new place merges provenance");
         assert_eq!(
-            one::<Vec<String>>("SELECT skills.provenance_locations(provenance) FROM skills.skill WHERE name = 'a'"),
+            apply(),
+            (0, 0, 0, 2),
+            "re-running unchanged sources changes nothing"
+        );
+        stage(&[("a", "one", "r2:a")]);
+        assert_eq!(
+            apply(),
+            (0, 0, 1, 0),
+            "same content from a new place merges provenance"
+        );
+        assert_eq!(
+            one::<Vec<String>>(
+                "SELECT skills.provenance_locations(provenance) FROM skills.skill WHERE name = 'a'"
+            ),
             vec!["r1:a", "r2:a"]
         );
         stage(&[("b", "two, edited", "r1:b")]);
         assert_eq!(apply(), (0, 1, 0, 0), "changed file becomes a new version");
-        assert_eq!(one::<i32>("SELECT version FROM skills.skill WHERE name = 'b'"), 2);
+        assert_eq!(
+            one::<i32>("SELECT version FROM skills.skill WHERE name = 'b'"),
+            2
+        );
         assert_eq!(one::<i64>("SELECT count(*) FROM skills.skill"), 2);
         // r1:a now holds new content while r2:a keeps the old: a new skill, and r1:a leaves the old one.
         stage(&[("a", "one, edited", "r1:a")]);
@@ -259,5 +356,314 @@ mod tests {
     #[pg_test(error = "no staging table pg_temp.skill_staging in this session")]
     fn apply_staging_without_staging_table() {
         apply();
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The bm25 index
+    // ---------------------------------------------------------------------------------------
+
+    const WORDS: &[&str] = &[
+        "rust",
+        "test",
+        "runner",
+        "python",
+        "debug",
+        "trace",
+        "panic",
+        "refactor",
+        "review",
+        "docker",
+        "deploy",
+        "kubernetes",
+        "helm",
+        "schema",
+        "migration",
+        "query",
+        "index",
+        "vector",
+        "model",
+        "train",
+        "dataset",
+        "pandas",
+        "plot",
+        "markdown",
+        "docs",
+        "lint",
+        "cargo",
+        "build",
+        "error",
+        "stack",
+        "memory",
+        "leak",
+        "profile",
+        "cache",
+        "http",
+        "server",
+        "api",
+        "json",
+        "config",
+        "token",
+        "auth",
+        "browser",
+        "react",
+        "async",
+        "thread",
+        "lock",
+        "queue",
+        "retry",
+        "timeout",
+    ];
+
+    /// A deterministic pseudo-random stream (SplitMix64).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn words(&mut self, min: u64, max: u64) -> String {
+            let n = min + self.next() % (max - min + 1);
+            (0..n)
+                .map(|_| {
+                    let i = (self.next() % (WORDS.len() as u64 * 2)) as usize;
+                    if i < WORDS.len() {
+                        WORDS[i].to_string()
+                    } else {
+                        format!("{}{}", WORDS[i % WORDS.len()], i % 7)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    }
+
+    fn random_skills(rng: &mut Rng, n: usize) {
+        exec("LOCK TABLE skills.skill IN SHARE ROW EXCLUSIVE MODE");
+        for i in 0..n {
+            let name = format!("{}-{i}", rng.words(1, 2).replace(' ', "-"));
+            insert(&name, &rng.words(3, 15), &rng.words(0, 120));
+        }
+    }
+
+    const DOC: &str = "ARRAY[name, description, instructions]";
+
+    fn create_index(with: &str) {
+        exec(&format!(
+            "CREATE INDEX skill_bm25 ON skills.skill USING bm25 (({DOC})) {with}"
+        ));
+    }
+
+    /// (id, operator value) in the order the query returns rows.
+    fn ordered(query: &str, limit: &str) -> Vec<(i64, f64)> {
+        let sql = format!(
+            "SELECT id, {DOC} OPERATOR(skills.<&>) skills.bm25query({q}) FROM skills.skill \
+             ORDER BY {DOC} OPERATOR(skills.<&>) skills.bm25query({q}) {limit}",
+            q = quote(query)
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[])
+                .unwrap()
+                .map(|r| {
+                    (
+                        r.get::<i64>(1).unwrap().unwrap(),
+                        r.get::<f64>(2).unwrap().unwrap(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    fn plan(sql: &str) -> String {
+        Spi::connect(|c| {
+            c.select(&format!("EXPLAIN (COSTS OFF) {sql}"), None, &[])
+                .unwrap()
+                .map(|r| r.get::<String>(1).unwrap().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    /// The index path of skills.search against the reference scan, and the index scan against
+    /// a sequential scan of the same operator.
+    fn check_index_against_references(rng: &mut Rng, queries: usize, with_reference: bool) {
+        for q in 0..queries {
+            let query = rng.words(1, 6);
+            for k in ["10", "NULL"] {
+                if !with_reference {
+                    break;
+                }
+                let via_index = search(&format!("{}, k => {k}", quote(&query)));
+                let reference: Vec<(i64, f64)> = Spi::connect(|c| {
+                    c.select(
+                        &format!(
+                            "SELECT id, score FROM skills.bm25_scan({}, {k}, NULL)",
+                            quote(&query)
+                        ),
+                        None,
+                        &[],
+                    )
+                    .unwrap()
+                    .map(|r| {
+                        (
+                            r.get::<i64>(1).unwrap().unwrap(),
+                            r.get::<f64>(2).unwrap().unwrap(),
+                        )
+                    })
+                    .collect()
+                });
+                assert_eq!(
+                    via_index.len(),
+                    reference.len(),
+                    "query {q} {query:?} k {k}"
+                );
+                for (a, b) in via_index.iter().zip(&reference) {
+                    assert_eq!(
+                        a.0, b.0,
+                        "query {q} {query:?} k {k}: {via_index:?} vs {reference:?}"
+                    );
+                    assert!(
+                        (a.1 - b.1).abs() <= 1e-9 * b.1.abs(),
+                        "query {q} {query:?}: {a:?} vs {b:?}"
+                    );
+                }
+            }
+            // The index returns every row, best first (non-decreasing operator values).
+            exec("SET LOCAL enable_seqscan = off");
+            let by_index = ordered(&query, "");
+            exec("SET LOCAL enable_seqscan = on");
+            exec("SET LOCAL enable_indexscan = off");
+            let by_seqscan = ordered(&query, "");
+            exec("SET LOCAL enable_indexscan = on");
+            assert_eq!(by_index.len(), by_seqscan.len(), "{query:?}");
+            assert!(
+                by_index.windows(2).all(|w| w[0].1 <= w[1].1),
+                "{query:?}: index order {by_index:?}"
+            );
+            let (mut a, mut b) = (by_index.clone(), by_seqscan.clone());
+            a.sort_by(|x, y| x.0.cmp(&y.0));
+            b.sort_by(|x, y| x.0.cmp(&y.0));
+            assert_eq!(a, b, "{query:?}");
+        }
+    }
+
+    #[pg_test]
+    fn bm25_index_agrees_with_reference_and_seqscan() {
+        let mut rng = Rng(20261130);
+        random_skills(&mut rng, 300);
+        create_index("WITH (append_pages = 1)");
+        check_index_against_references(&mut rng, 20, true);
+        // Inserts after the build go through the append area and its merges into segments.
+        random_skills(&mut rng, 150);
+        check_index_against_references(&mut rng, 20, true);
+        // Updates leave dead versions in the index until VACUUM (which a pg_test cannot run), so
+        // statistics differ from the reference until then (tests/ checks after VACUUM); index and
+        // sequential scans still agree with each other.
+        exec(
+            "UPDATE skills.skill SET instructions = instructions || ' rust panic' WHERE id % 7 = 0",
+        );
+        check_index_against_references(&mut rng, 20, false);
+    }
+
+    #[pg_test]
+    fn bm25_index_options_set_the_formula() {
+        let mut rng = Rng(7);
+        random_skills(&mut rng, 120);
+        exec("SET LOCAL pg_skills.bm25_k1 = 1.2");
+        exec("SET LOCAL pg_skills.bm25_b = 0.5");
+        exec("SET LOCAL pg_skills.bm25_stemming = off");
+        create_index("WITH (k1 = 1.2, b = 0.5, stemming = off)");
+        check_index_against_references(&mut rng, 10, true);
+    }
+
+    #[pg_test]
+    fn explain_shows_the_index_only_for_order_by() {
+        let mut rng = Rng(3);
+        random_skills(&mut rng, 50);
+        create_index("");
+        exec("ANALYZE skills.skill");
+        let ordered_plan = plan(&format!(
+            "SELECT id FROM skills.skill ORDER BY {DOC} OPERATOR(skills.<&>) skills.bm25query('rust panic') LIMIT 5"
+        ));
+        assert!(
+            ordered_plan.contains("Index Scan using skill_bm25"),
+            "{ordered_plan}"
+        );
+        let filtered_plan = plan("SELECT id FROM skills.skill WHERE name = 'x'");
+        assert!(!filtered_plan.contains("skill_bm25"), "{filtered_plan}");
+    }
+
+    #[pg_test]
+    fn bm25_index_category_filter_still_returns_k_rows() {
+        let mut rng = Rng(11);
+        random_skills(&mut rng, 200);
+        exec("UPDATE skills.skill SET category = CASE WHEN id % 10 = 0 THEN 'data_ml'::skills.category ELSE 'testing' END");
+        create_index("");
+        let query =
+            "'rust test python docker', categories => ARRAY['data_ml']::skills.category[], k => 15";
+        let hits = search(query);
+        let reference: i64 = one(
+            "SELECT count(*) FROM skills.bm25_scan('rust test python docker', 15, ARRAY['data_ml'])",
+        );
+        assert_eq!(hits.len() as i64, reference);
+        assert_eq!(
+            hits.len(),
+            15,
+            "20 data_ml skills exist, most contain a query term"
+        );
+    }
+
+    #[pg_test]
+    fn bm25_index_degenerate_queries() {
+        let mut rng = Rng(5);
+        random_skills(&mut rng, 40);
+        create_index("");
+        assert!(search("''").is_empty());
+        assert!(search("'the and of'").is_empty());
+        let long = "rust docker ".repeat(9_000);
+        assert!(!search(&quote(&long)).is_empty());
+        // ORDER BY with a query that matches nothing still returns every row (score 0).
+        exec("SET LOCAL enable_seqscan = off");
+        let all = ordered("the and of", "");
+        assert_eq!(all.len(), 40);
+        assert!(all.iter().all(|r| r.1 == 0.0));
+    }
+
+    #[pg_test(error = "unrecognized parameter \"colour\"")]
+    fn bm25_index_unknown_option() {
+        create_index("WITH (colour = 1)");
+    }
+
+    #[pg_test(error = "value -1 out of bounds for option \"k1\"")]
+    fn bm25_index_option_out_of_range() {
+        create_index("WITH (k1 = -1)");
+    }
+
+    #[pg_test(error = "invalid bm25 index options: at least one field weight must be positive")]
+    fn bm25_index_all_weights_zero() {
+        create_index("WITH (name_weight = 0, description_weight = 0, instructions_weight = 0)");
+    }
+
+    #[pg_test(error = "skills.skill has no bm25 index")]
+    fn bm25query_without_index() {
+        exec("SELECT skills.bm25query('rust')");
+    }
+
+    #[pg_test(error = "a bm25 document has at most 3 fields, got 4")]
+    fn bm25_index_rejects_wider_documents() {
+        insert("a", "b", "c");
+        exec("CREATE INDEX wide ON skills.skill USING bm25 ((ARRAY[name, description, instructions, name]))");
+    }
+
+    #[pg_test]
+    fn bm25_index_rebuilds_with_reindex() {
+        let mut rng = Rng(13);
+        random_skills(&mut rng, 60);
+        create_index("");
+        let before = search("'rust panic docker', k => 5");
+        exec("REINDEX INDEX skills.skill_bm25");
+        assert_eq!(search("'rust panic docker', k => 5"), before);
     }
 }

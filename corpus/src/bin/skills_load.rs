@@ -18,7 +18,11 @@ use pg_skills_corpus::readers::{read_beir, read_jsonl, skill_files, Item, ReadLi
 use pg_skills_corpus::source::SourceInfo;
 
 #[derive(Parser, Debug)]
-#[command(name = "skills-load", version, about = "Load agent skills into pg_skills")]
+#[command(
+    name = "skills-load",
+    version,
+    about = "Load agent skills into pg_skills"
+)]
 struct Args {
     /// A directory tree of SKILL.md files (for example a git checkout). Repeatable.
     #[arg(long = "tree", value_name = "DIR")]
@@ -103,13 +107,18 @@ fn main() -> ExitCode {
     let max_bytes = match client.as_mut().map(load::server_max_document_bytes) {
         Some(Ok(b)) => b,
         Some(Err(e)) => {
-            eprintln!("skills-load: is the extension installed? (CREATE EXTENSION pg_skills): {}", load::describe(&e));
+            eprintln!(
+                "skills-load: is the extension installed? (CREATE EXTENSION pg_skills): {}",
+                load::describe(&e)
+            );
             return ExitCode::from(1);
         }
         None => ReadLimits::default().max_bytes,
     };
     let limits = ReadLimits { max_bytes };
-    let mut pipeline = Pipeline::new(PipelineOptions { code_filter: !args.no_code_filter });
+    let mut pipeline = Pipeline::new(PipelineOptions {
+        code_filter: !args.no_code_filter,
+    });
 
     for tree in &args.trees {
         let source = SourceInfo::detect(tree, args.repository.clone(), args.commit.clone());
@@ -149,7 +158,11 @@ fn main() -> ExitCode {
         let dataset = f
             .canonicalize()
             .ok()
-            .and_then(|p| p.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()))
+            .and_then(|p| {
+                p.parent()
+                    .and_then(|d| d.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
             .unwrap_or_else(|| "beir".into());
         if !push_all(f, read_beir(f, &dataset, limits)) {
             return ExitCode::from(2);
@@ -167,7 +180,10 @@ fn main() -> ExitCode {
                 Ok(a) => a,
                 Err(e) => {
                     report(&args, &counts, None);
-                    eprintln!("skills-load: load failed, nothing was written: {}", load::describe(e.as_ref()));
+                    eprintln!(
+                        "skills-load: load failed, nothing was written: {}",
+                        load::describe(e.as_ref())
+                    );
                     return ExitCode::from(1);
                 }
             }
@@ -200,13 +216,21 @@ fn report(args: &Args, counts: &IngestCounts, applied: Option<ApplyCounts>) {
         println!("{summary}");
         return;
     }
-    let reasons: Vec<String> = counts.dropped.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let reasons: Vec<String> = counts
+        .dropped
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
     println!(
         "read {}, kept {}, dropped {}{}, merged duplicates {}",
         counts.read,
         counts.kept,
         counts.dropped_total(),
-        if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        },
         counts.merged_duplicates
     );
     match applied {

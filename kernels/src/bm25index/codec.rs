@@ -2,8 +2,11 @@
 //! bit-packed with SIMD (the `bitpacking` crate, as tantivy does), with a header that carries the
 //! block's last document and the bounds block-max pruning needs.
 //!
-//! Layout: `n u8 | doc bits u8 | count bits u8 ×3 | pad ×3 | last_doc u32 | max_tf f32 |
-//! min_length f32 | docs (delta-packed) | name counts | description counts | instruction counts`.
+//! Layout: `n u8 | doc bits u8 | count bits u8 ×3 | pad u8 | payload bytes u16 | last_doc u32 |
+//! max_tf f32 | min_length f32 | payload`. A full block's payload is the bit-packed doc deltas and
+//! the three count arrays; a partial block (the tail of a list, and most of a vocabulary's rare
+//! terms) would waste most of a padded 128-value pack, so its payload is LEB128 varints instead
+//! (doc bits = [`VARINT`]).
 
 use bitpacking::{BitPacker, BitPacker4x};
 
@@ -14,6 +17,28 @@ pub const BLOCK_LEN: usize = BitPacker4x::BLOCK_LEN;
 pub const BLOCK_HEADER_SIZE: usize = 20;
 /// The largest encoded block (every array at 32 bits).
 pub const MAX_BLOCK_SIZE: usize = BLOCK_HEADER_SIZE + 4 * 16 * 32;
+/// Doc bits of a varint-coded block.
+pub const VARINT: u8 = u8::MAX;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(r: &mut ByteReader) -> u32 {
+    let mut v = 0u32;
+    for shift in (0..35).step_by(7) {
+        let b = r.u8();
+        v |= ((b & 0x7f) as u32) << shift;
+        if b & 0x80 == 0 {
+            return v;
+        }
+    }
+    corrupt("varint longer than 5 bytes")
+}
 
 /// What a reader needs to skip or bound a block without decoding it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -21,6 +46,7 @@ pub struct BlockHeader {
     pub len: usize,
     pub doc_bits: u8,
     pub count_bits: [u8; 3],
+    pub payload_len: usize,
     pub last_doc: u32,
     /// Largest weighted tf in the block, rounded up.
     pub max_tf: f32,
@@ -30,10 +56,12 @@ pub struct BlockHeader {
 
 impl BlockHeader {
     pub fn encoded_size(&self) -> usize {
-        BLOCK_HEADER_SIZE
-            + BitPacker4x::compressed_block_size(self.doc_bits)
-            + self
-                .count_bits
+        BLOCK_HEADER_SIZE + self.payload_len
+    }
+
+    fn packed_size(doc_bits: u8, count_bits: [u8; 3]) -> usize {
+        BitPacker4x::compressed_block_size(doc_bits)
+            + count_bits
                 .iter()
                 .map(|&b| BitPacker4x::compressed_block_size(b))
                 .sum::<usize>()
@@ -43,18 +71,23 @@ impl BlockHeader {
         let len = r.u8() as usize;
         let doc_bits = r.u8();
         let count_bits = [r.u8(), r.u8(), r.u8()];
-        let _pad = r.bytes(3);
+        let _pad = r.u8();
+        let payload_len = r.u16() as usize;
         let h = BlockHeader {
             len: if len == 0 { BLOCK_LEN } else { len },
             doc_bits,
             count_bits,
+            payload_len,
             last_doc: r.u32(),
             max_tf: r.f32(),
             min_length: r.f32(),
         };
-        if doc_bits > 32 || count_bits.iter().any(|&b| b > 32) {
+        let packed_ok = doc_bits <= 32
+            && count_bits.iter().all(|&b| b <= 32)
+            && payload_len == Self::packed_size(doc_bits, count_bits);
+        if !(packed_ok || doc_bits == VARINT) || payload_len > MAX_BLOCK_SIZE {
             corrupt(format_args!(
-                "posting block with {doc_bits}/{count_bits:?} bits per value"
+                "posting block with {doc_bits}/{count_bits:?} bits and {payload_len} bytes"
             ));
         }
         h
@@ -108,12 +141,33 @@ pub fn encode_block(
         max_tf = max_tf.max(weighted_tf(weights, c));
         min_length = min_length.min(lengths[docs[i] as usize]);
     }
-    let doc_bits = packer.num_bits_sorted(previous_last, &doc_block);
-    let count_bits = [0, 1, 2].map(|f| packer.num_bits(&count_blocks[f]));
+    let mut varints = Vec::new();
+    let (doc_bits, count_bits) = if n < BLOCK_LEN {
+        let mut previous = previous_last;
+        for (i, &d) in docs.iter().enumerate() {
+            put_varint(&mut varints, d - previous);
+            previous = d;
+            for f in 0..3 {
+                put_varint(&mut varints, counts[i][f]);
+            }
+        }
+        (VARINT, [0; 3])
+    } else {
+        (
+            packer.num_bits_sorted(previous_last, &doc_block),
+            [0, 1, 2].map(|f| packer.num_bits(&count_blocks[f])),
+        )
+    };
+    let payload_len = if doc_bits == VARINT {
+        varints.len()
+    } else {
+        BlockHeader::packed_size(doc_bits, count_bits)
+    };
     let header = BlockHeader {
         len: n,
         doc_bits,
         count_bits,
+        payload_len,
         last_doc: docs[n - 1],
         max_tf: f32_at_least(max_tf),
         min_length,
@@ -125,11 +179,16 @@ pub fn encode_block(
     for b in count_bits {
         w.u8(b);
     }
-    w.bytes(&[0; 3]);
+    w.u8(0);
+    w.u16(payload_len as u16);
     w.u32(header.last_doc);
     w.f32(header.max_tf);
     w.f32(header.min_length);
     let mut pos = w.pos;
+    if doc_bits == VARINT {
+        w.bytes(&varints);
+        return size;
+    }
     pos += packer.compress_sorted(previous_last, &doc_block, &mut out[pos..], doc_bits);
     for f in 0..3 {
         pos += packer.compress(&count_blocks[f], &mut out[pos..], count_bits[f]);
@@ -145,6 +204,20 @@ pub fn decode_block(
     r: &mut ByteReader,
     out: &mut DecodedBlock,
 ) {
+    if header.doc_bits == VARINT {
+        let mut previous = previous_last;
+        for i in 0..header.len {
+            previous = previous.wrapping_add(get_varint(r));
+            out.docs[i] = previous;
+            for f in 0..3 {
+                out.counts[f][i] = get_varint(r);
+            }
+        }
+        if out.docs[header.len - 1] != header.last_doc {
+            corrupt("posting block does not decode to its recorded last document");
+        }
+        return;
+    }
     let packer = BitPacker4x::new();
     let docs = r.bytes(BitPacker4x::compressed_block_size(header.doc_bits));
     packer.decompress_sorted(previous_last, docs, &mut out.docs, header.doc_bits);

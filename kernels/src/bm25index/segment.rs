@@ -444,6 +444,7 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
                 len: 0,
                 doc_bits: 0,
                 count_bits: [0; 3],
+                payload_len: 0,
                 last_doc: 0,
                 max_tf: 0.0,
                 min_length: 0.0,

@@ -1,0 +1,40 @@
+//! INSERT and UPDATE: the new row goes to the append area; the insert that finds the area past
+//! its limit merges it into a segment, unless another merge or a VACUUM is running.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use pg_skills_kernels::bm25index::append;
+use pg_skills_kernels::bm25index::maintenance::flush_append;
+
+use super::storage::{BufferStore, Mode};
+use super::{analyze_datum, checked_meta, tid_of, IndexLocks, MAINTENANCE_LOCK};
+
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn aminsert(
+    index: pg_sys::Relation,
+    values: *mut pg_sys::Datum,
+    isnull: *mut bool,
+    heap_tid: pg_sys::ItemPointer,
+    _heap: pg_sys::Relation,
+    _check_unique: pg_sys::IndexUniqueCheck::Type,
+    _index_unchanged: bool,
+    _index_info: *mut pg_sys::IndexInfo,
+) -> bool {
+    if *isnull {
+        return false;
+    }
+    let store = BufferStore::new(index, Mode::Logged);
+    let meta = checked_meta(&store, index);
+    let doc = analyze_datum(&meta.options, *values);
+    if append::insert(&store, tid_of(&*heap_tid), &doc) {
+        let locks = IndexLocks(index);
+        // Someone else merging (or VACUUM) will take care of it: never wait on the insert path.
+        if locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
+            flush_append(&store, &locks);
+            locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
+        }
+    }
+    false
+}

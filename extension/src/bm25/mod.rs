@@ -1,0 +1,176 @@
+//! The `bm25` index access method: Postgres callbacks over `pg_skills_kernels::bm25index`.
+//!
+//! One file per phase, as pgvector does: `build.rs` (CREATE INDEX), `insert.rs`, `scan.rs`,
+//! `vacuum.rs`, `cost.rs`, `options.rs`; `storage.rs` maps the page trait onto buffers with
+//! generic WAL; `operator.rs` is the `<&>` operator a sequential scan evaluates, with the same
+//! scoring as the index.
+//!
+//! Locks (heavyweight page locks on numbers that are not pages of data, as GIN does):
+//! - [`READERS_LOCK`]: a scan holds it shared while it computes a batch; a merge takes it
+//!   exclusively only to publish its result and free the pages it replaced;
+//! - [`MAINTENANCE_LOCK`]: one structural change (merge, VACUUM's tombstones and cleanup) at a
+//!   time. Inserts take neither: they only append.
+
+use pgrx::prelude::*;
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+use pg_skills_kernels::bm25index::format::{Meta, Tid, META_BLOCK};
+use pg_skills_kernels::bm25index::{AnalyzedDoc, Exclusion, IndexOptions};
+use pg_skills_kernels::page::PageRead;
+use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
+
+use crate::errors::raise;
+
+mod build;
+mod cost;
+mod insert;
+pub mod operator;
+pub mod options;
+mod scan;
+mod stats;
+pub mod storage;
+mod vacuum;
+
+pub const READERS_LOCK: pg_sys::BlockNumber = 0;
+pub const MAINTENANCE_LOCK: pg_sys::BlockNumber = 1;
+
+#[pg_extern(sql = "
+CREATE FUNCTION skills.bm25_handler(internal) RETURNS index_am_handler
+    PARALLEL SAFE IMMUTABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', '@FUNCTION_NAME@';
+CREATE ACCESS METHOD bm25 TYPE INDEX HANDLER skills.bm25_handler;
+COMMENT ON ACCESS METHOD bm25 IS 'pg_skills BM25 index over ARRAY[name, description, instructions]';
+")]
+fn bm25_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRoutine> {
+    let mut am =
+        unsafe { PgBox::<pg_sys::IndexAmRoutine>::alloc_node(pg_sys::NodeTag::T_IndexAmRoutine) };
+    am.amstrategies = 1;
+    am.amsupport = 0;
+    am.amcanorderbyop = true;
+    am.amoptionalkey = true;
+    am.amusemaintenanceworkmem = true;
+    am.amkeytype = pg_sys::InvalidOid;
+    am.ambuild = Some(build::ambuild);
+    am.ambuildempty = Some(build::ambuildempty);
+    am.ambuildphasename = Some(build::ambuildphasename);
+    am.aminsert = Some(insert::aminsert);
+    am.ambulkdelete = Some(vacuum::ambulkdelete);
+    am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
+    am.amcostestimate = Some(cost::amcostestimate);
+    am.amoptions = Some(options::amoptions);
+    am.amvalidate = Some(amvalidate);
+    am.ambeginscan = Some(scan::ambeginscan);
+    am.amrescan = Some(scan::amrescan);
+    am.amgettuple = Some(scan::amgettuple);
+    am.amendscan = Some(scan::amendscan);
+    am.into_pg_boxed()
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
+    true
+}
+
+/// Whether `index` is a bm25 index.
+pub fn is_bm25_index(index: pg_sys::Relation) -> bool {
+    unsafe {
+        let name = pg_sys::get_am_name((*(*index).rd_rel).relam);
+        !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == b"bm25"
+    }
+}
+
+/// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
+pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
+    match Meta::read(&store.read(META_BLOCK)) {
+        Ok(meta) => meta,
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("index \"{}\": {e}", relation_name(index)),
+            Some("Run REINDEX INDEX on it: the index is rebuilt in the current format."),
+        ),
+    }
+}
+
+pub fn relation_name(rel: pg_sys::Relation) -> String {
+    unsafe { pgrx::name_data_to_str(&(*(*rel).rd_rel).relname).to_string() }
+}
+
+/// Heavyweight locks keyed on this index.
+pub struct IndexLocks(pub pg_sys::Relation);
+
+impl IndexLocks {
+    pub fn lock(&self, which: pg_sys::BlockNumber, mode: u32) {
+        unsafe { pg_sys::LockPage(self.0, which, mode as pg_sys::LOCKMODE) }
+    }
+    pub fn try_lock(&self, which: pg_sys::BlockNumber, mode: u32) -> bool {
+        unsafe { pg_sys::ConditionalLockPage(self.0, which, mode as pg_sys::LOCKMODE) }
+    }
+    pub fn unlock(&self, which: pg_sys::BlockNumber, mode: u32) {
+        unsafe { pg_sys::UnlockPage(self.0, which, mode as pg_sys::LOCKMODE) }
+    }
+}
+
+impl Exclusion for IndexLocks {
+    fn lock_readers_out(&self) {
+        self.lock(READERS_LOCK, pg_sys::ExclusiveLock);
+    }
+    fn let_readers_in(&self) {
+        self.unlock(READERS_LOCK, pg_sys::ExclusiveLock);
+    }
+}
+
+thread_local! {
+    /// tantivy analyzers are cheap to use and not free to build: one per stemming setting.
+    static ANALYZERS: std::cell::RefCell<[Option<Analyzer>; 2]> = const { std::cell::RefCell::new([None, None]) };
+}
+
+/// Runs `f` with the analyzer for `options`.
+pub fn with_analyzer<R>(options: &IndexOptions, f: impl FnOnce(&mut Analyzer) -> R) -> R {
+    ANALYZERS.with(|cell| {
+        let mut slots = cell.borrow_mut();
+        let slot = &mut slots[options.stemming as usize];
+        let analyzer = slot.get_or_insert_with(|| {
+            Analyzer::new(AnalyzerConfig {
+                stemming: options.stemming,
+            })
+        });
+        f(analyzer)
+    })
+}
+
+/// The fields of an indexed `text[]` value: name, description, instructions (missing or NULL
+/// elements are empty).
+pub fn document_fields(array: pgrx::Array<'_, &str>) -> [String; 3] {
+    if array.len() > 3 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("a bm25 document has at most 3 fields, got {}", array.len()),
+            Some("Index and order by ARRAY[name, description, instructions]."),
+        );
+    }
+    let mut fields: [String; 3] = Default::default();
+    for (i, v) in array.iter().enumerate() {
+        fields[i] = v.unwrap_or_default().to_owned();
+    }
+    fields
+}
+
+/// Analyzes one indexed value.
+pub fn analyze_datum(options: &IndexOptions, datum: pg_sys::Datum) -> AnalyzedDoc {
+    // SAFETY: the opclass only admits text[] columns, and the datum is not NULL.
+    let array =
+        unsafe { pgrx::Array::<&str>::from_polymorphic_datum(datum, false, pg_sys::TEXTARRAYOID) }
+            .expect("a non-null text[] datum");
+    let fields = document_fields(array);
+    with_analyzer(options, |a| {
+        pg_skills_kernels::bm25index::analyze(
+            a,
+            [&fields[0], &fields[1], &fields[2]],
+            options.weights_array(),
+        )
+    })
+}
+
+pub fn tid_of(ptr: &pg_sys::ItemPointerData) -> Tid {
+    let (block, offset) = pgrx::itemptr::item_pointer_get_both(*ptr);
+    Tid { block, offset }
+}

@@ -1,0 +1,118 @@
+//! `doc <&> query`: the negative BM25 score of one document, as a sequential scan computes it.
+//!
+//! Corpus statistics come from the index the query names, read once per statement (and again
+//! after each command of the statement that changed data), so an index scan and a sequential scan
+//! in the same statement score with the same statistics and the same formula, bit for bit.
+
+use std::cell::RefCell;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use pg_skills_kernels::bm25index::{prepare, query_terms, IndexOptions, Scorer};
+
+use super::scan::decode_query;
+use super::storage::{BufferStore, Mode};
+use super::{
+    checked_meta, document_fields, is_bm25_index, with_analyzer, IndexLocks, READERS_LOCK,
+};
+use crate::errors::raise;
+
+struct Prepared {
+    key: (u32, String, i64, u32),
+    options: IndexOptions,
+    terms: Vec<String>,
+    scorer: Scorer,
+}
+
+thread_local! {
+    static PREPARED: RefCell<Option<Prepared>> = const { RefCell::new(None) };
+}
+
+fn prepare_query(index_oid: pg_sys::Oid, query: &str) -> Prepared {
+    unsafe {
+        let rel = pg_sys::try_relation_open(index_oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if rel.is_null()
+            || (*(*rel).rd_rel).relkind != pg_sys::RELKIND_INDEX as std::ffi::c_char
+            || !is_bm25_index(rel)
+        {
+            if !rel.is_null() {
+                pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            }
+            raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                format!("relation {} is not a bm25 index", index_oid.to_u32()),
+                Some("Build queries with skills.bm25query(query, index) naming a bm25 index."),
+            );
+        }
+        let store = BufferStore::new(rel, Mode::Logged);
+        let meta = checked_meta(&store, rel);
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
+        let locks = IndexLocks(rel);
+        locks.lock(READERS_LOCK, pg_sys::ShareLock);
+        let prepared = prepare(&store, &terms);
+        let scorer = prepared.scorer.clone();
+        drop(prepared);
+        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        Prepared {
+            key: (0, String::new(), 0, 0),
+            options: meta.options,
+            terms,
+            scorer,
+        }
+    }
+}
+
+/// Negative BM25 score of `doc` (ARRAY[name, description, instructions]) for `query`; 0 when
+/// the document contains no query term. Ascending order is best first.
+#[pg_extern(stable, parallel_safe)]
+fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25query")) -> f64 {
+    let datum = query.into_datum().expect("a composite is a datum");
+    let (index_oid, text) = unsafe { decode_query(datum) };
+    let key = unsafe {
+        (
+            index_oid.to_u32(),
+            text,
+            pg_sys::GetCurrentStatementStartTimestamp(),
+            pg_sys::GetCurrentCommandId(false),
+        )
+    };
+    let fields = document_fields(doc);
+    PREPARED.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|p| p.key != key) {
+            let mut fresh = prepare_query(index_oid, &key.1);
+            fresh.key = key;
+            *slot = Some(fresh);
+        }
+        let p = slot.as_ref().expect("just prepared");
+        let analyzed = with_analyzer(&p.options, |a| {
+            pg_skills_kernels::bm25index::analyze(
+                a,
+                [&fields[0], &fields[1], &fields[2]],
+                p.options.weights_array(),
+            )
+        });
+        let counts: Vec<_> = p
+            .terms
+            .iter()
+            .map(|t| {
+                analyzed
+                    .terms
+                    .binary_search_by(|(x, _)| x.as_str().cmp(t))
+                    .ok()
+                    .map(|i| analyzed.terms[i].1)
+            })
+            .collect();
+        let length = pg_skills_kernels::bm25index::document::stored_length(
+            &p.options.weights_array(),
+            &analyzed.lengths,
+        );
+        match p.scorer.score(&counts, length) {
+            Some(score) => -score,
+            None => 0.0,
+        }
+    })
+}

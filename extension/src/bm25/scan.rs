@@ -1,0 +1,187 @@
+//! Index scans for `ORDER BY doc <&> query`: best documents first, in batches.
+//!
+//! The first batch is the top 100 by block-max MaxScore; when the executor wants more (a LIMIT
+//! past it, or rows filtered out), the next batch is the top 4× as many, skipping what was already
+//! returned. When the matches run out, every other live document follows with score 0, so the
+//! index returns exactly the rows a sequential scan would, in the same order up to ties.
+//! A batch is computed under the readers lock; between batches a merge may run.
+
+use std::collections::{HashSet, VecDeque};
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+
+use pg_skills_kernels::bm25index::{all_documents, prepare, query_terms, Tid};
+
+use super::storage::{BufferStore, Mode};
+use super::{checked_meta, with_analyzer, IndexLocks, READERS_LOCK};
+use crate::errors::raise;
+
+const FIRST_BATCH: usize = 100;
+
+#[derive(Default)]
+struct ScanState {
+    terms: Vec<String>,
+    ready: bool,
+    batch: VecDeque<Tid>,
+    returned: HashSet<Tid>,
+    asked: usize,
+    matches_done: bool,
+    rest_done: bool,
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn ambeginscan(
+    index: pg_sys::Relation,
+    nkeys: std::ffi::c_int,
+    norderbys: std::ffi::c_int,
+) -> pg_sys::IndexScanDesc {
+    let scan = pg_sys::RelationGetIndexScan(index, nkeys, norderbys);
+    let state =
+        PgMemoryContexts::CurrentMemoryContext.leak_and_drop_on_delete(ScanState::default());
+    (*scan).opaque = state as *mut std::ffi::c_void;
+    scan
+}
+
+/// The (index, query) pair of a `skills.bm25query` datum.
+pub unsafe fn decode_query(datum: pg_sys::Datum) -> (pg_sys::Oid, String) {
+    let tuple = pgrx::heap_tuple::PgHeapTuple::from_composite_datum(datum);
+    let one = std::num::NonZeroUsize::new(1).unwrap();
+    let two = std::num::NonZeroUsize::new(2).unwrap();
+    let index = tuple.get_by_index::<pg_sys::Oid>(one).ok().flatten();
+    let query = tuple.get_by_index::<String>(two).ok().flatten();
+    match index {
+        Some(index) => (index, query.unwrap_or_default()),
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "bm25query has no index",
+            Some("Build queries with skills.bm25query(query, index)."),
+        ),
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amrescan(
+    scan: pg_sys::IndexScanDesc,
+    _keys: pg_sys::ScanKey,
+    _nkeys: std::ffi::c_int,
+    orderbys: pg_sys::ScanKey,
+    norderbys: std::ffi::c_int,
+) {
+    let state = &mut *((*scan).opaque as *mut ScanState);
+    *state = ScanState::default();
+    if norderbys < 1 || orderbys.is_null() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "a bm25 index can only be scanned in ORDER BY doc <&> query order",
+            None,
+        );
+    }
+    let key = &*orderbys;
+    if key.sk_flags & pg_sys::SK_ISNULL as i32 != 0 {
+        // ORDER BY ... <&> NULL: nothing matches, every document follows with score 0.
+        state.matches_done = true;
+        state.ready = true;
+        return;
+    }
+    let index = (*scan).indexRelation;
+    let (named, query) = decode_query(key.sk_argument);
+    if named != (*index).rd_id {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "the bm25query names index {} but the scan uses index {}",
+                named.to_u32(),
+                (*index).rd_id.to_u32()
+            ),
+            Some(
+                "Build the query with skills.bm25query(query, index) for the index being scanned.",
+            ),
+        );
+    }
+    let store = BufferStore::new(index, Mode::Logged);
+    let meta = checked_meta(&store, index);
+    state.terms = with_analyzer(&meta.options, |a| query_terms(a, &query));
+    state.matches_done = state.terms.is_empty();
+    state.ready = true;
+}
+
+unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
+    let store = BufferStore::new(index, Mode::Logged);
+    let locks = IndexLocks(index);
+    if !state.matches_done {
+        let want = if state.asked == 0 {
+            FIRST_BATCH
+        } else {
+            state.asked.saturating_mul(4)
+        };
+        locks.lock(READERS_LOCK, pg_sys::ShareLock);
+        let hits = prepare(&store, &state.terms).top_k(want);
+        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        state.matches_done = hits.len() < want;
+        state.asked = want;
+        for hit in hits {
+            if !state.returned.contains(&hit.tid) {
+                state.batch.push_back(hit.tid);
+            }
+        }
+    }
+    if state.batch.is_empty() && state.matches_done && !state.rest_done {
+        locks.lock(READERS_LOCK, pg_sys::ShareLock);
+        let all = all_documents(&store);
+        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        state
+            .batch
+            .extend(all.into_iter().filter(|t| !state.returned.contains(t)));
+        state.rest_done = true;
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amgettuple(
+    scan: pg_sys::IndexScanDesc,
+    _direction: pg_sys::ScanDirection::Type,
+) -> bool {
+    let snapshot = (*scan).xs_snapshot;
+    let mvcc = !snapshot.is_null()
+        && matches!(
+            (*snapshot).snapshot_type,
+            pg_sys::SnapshotType::SNAPSHOT_MVCC | pg_sys::SnapshotType::SNAPSHOT_HISTORIC_MVCC
+        );
+    if !mvcc {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "a bm25 index scan requires an MVCC snapshot",
+            None,
+        );
+    }
+    let state = &mut *((*scan).opaque as *mut ScanState);
+    if !state.ready {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "bm25 index scan used before amrescan",
+            None,
+        );
+    }
+    loop {
+        if let Some(tid) = state.batch.pop_front() {
+            if !state.returned.insert(tid) {
+                continue;
+            }
+            pgrx::itemptr::item_pointer_set_all(&mut (*scan).xs_heaptid, tid.block, tid.offset);
+            (*scan).xs_recheck = false;
+            (*scan).xs_recheckorderby = false;
+            return true;
+        }
+        if state.matches_done && state.rest_done {
+            return false;
+        }
+        next_batch((*scan).indexRelation, state);
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amendscan(_scan: pg_sys::IndexScanDesc) {
+    // The state lives in the scan's memory context and is dropped with it.
+}

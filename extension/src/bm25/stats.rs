@@ -1,0 +1,69 @@
+//! `skills.bm25_index_stats(index)`: what an index holds, for DBAs and tests.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use pg_skills_kernels::bm25index::append::{chain_pages, live_documents};
+use pg_skills_kernels::page::NO_BLOCK;
+
+use super::storage::{BufferStore, Mode};
+use super::{checked_meta, is_bm25_index, IndexLocks, READERS_LOCK};
+use crate::errors::raise;
+
+/// Segments, documents and pages of a bm25 index.
+#[pg_extern(stable)]
+fn bm25_index_stats(
+    index: pg_sys::Oid,
+) -> TableIterator<
+    'static,
+    (
+        name!(format_version, i32),
+        name!(segments, i32),
+        name!(segment_documents, i64),
+        name!(segment_terms, i64),
+        name!(append_documents, i64),
+        name!(append_pages, i32),
+        name!(total_pages, i64),
+        name!(segments_with_tombstones, i32),
+    ),
+> {
+    unsafe {
+        let rel = pg_sys::try_relation_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if rel.is_null() || !is_bm25_index(rel) {
+            if !rel.is_null() {
+                pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            }
+            raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                format!("relation {} is not a bm25 index", index.to_u32()),
+                None,
+            );
+        }
+        let store = BufferStore::new(rel, Mode::Logged);
+        let locks = IndexLocks(rel);
+        locks.lock(READERS_LOCK, pg_sys::ShareLock);
+        let meta = checked_meta(&store, rel);
+        let mut append_docs = 0;
+        let mut append_pages = 0;
+        for head in [meta.frozen_head, meta.append_head] {
+            if head != NO_BLOCK {
+                append_docs += live_documents(&store, head).len() as i64;
+                append_pages += chain_pages(&store, head).len() as i32;
+            }
+        }
+        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        let row = (
+            meta.version as i32,
+            meta.segments.len() as i32,
+            meta.segments.iter().map(|s| s.num_docs as i64).sum(),
+            meta.segments.iter().map(|s| s.num_terms as i64).sum(),
+            append_docs,
+            append_pages,
+            store.num_blocks() as i64,
+            meta.segments.iter().filter(|s| s.has_tombstones).count() as i32,
+        );
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        TableIterator::once(row)
+    }
+}

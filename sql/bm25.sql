@@ -1,0 +1,95 @@
+-- The bm25 index: its operator, operator class, and query helpers.
+-- The access method itself (skills.bm25_handler, CREATE ACCESS METHOD bm25) comes from Rust.
+
+-- Seq scans evaluate the operator per row (analysis of the whole document): make the planner
+-- see that, so it prefers the index whenever one exists.
+ALTER FUNCTION skills.bm25_distance(text[], skills.bm25query) COST 10000;
+
+CREATE OPERATOR skills.<&> (
+    LEFTARG = text[],
+    RIGHTARG = skills.bm25query,
+    FUNCTION = skills.bm25_distance
+);
+COMMENT ON OPERATOR skills.<&> (text[], skills.bm25query) IS
+    'negative BM25 score of ARRAY[name, description, instructions] for a bm25query (ascending = best first)';
+
+CREATE OPERATOR CLASS skills.bm25_ops
+    DEFAULT FOR TYPE text[] USING bm25 AS
+    OPERATOR 1 skills.<&> (text[], skills.bm25query) FOR ORDER BY pg_catalog.float_ops;
+
+-- The bm25 index on skills.skill, or NULL when there is none.
+CREATE FUNCTION skills.bm25_index() RETURNS regclass
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    found regclass[];
+BEGIN
+    SELECT array_agg(i.indexrelid::regclass ORDER BY i.indexrelid) INTO found
+    FROM pg_catalog.pg_index AS i
+    JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
+    JOIN pg_catalog.pg_am AS a ON a.oid = c.relam
+    WHERE i.indrelid = 'skills.skill'::regclass AND a.amname = 'bm25' AND i.indisvalid AND i.indisready;
+    IF coalesce(array_length(found, 1), 0) > 1 THEN
+        RAISE EXCEPTION 'skills.skill has % bm25 indexes: %', array_length(found, 1), found
+            USING ERRCODE = 'ambiguous_parameter',
+                  HINT = 'Name the index: skills.bm25query(query, ''index_name''), or drop all but one.';
+    END IF;
+    RETURN found[1];
+END
+$$;
+
+CREATE FUNCTION skills.bm25query(query text, index regclass DEFAULT NULL) RETURNS skills.bm25query
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    chosen regclass := coalesce(index, skills.bm25_index());
+BEGIN
+    IF chosen IS NULL THEN
+        RAISE EXCEPTION 'skills.skill has no bm25 index'
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'CREATE INDEX ON skills.skill USING bm25 ((ARRAY[name, description, instructions]));';
+    END IF;
+    RETURN ROW(chosen::oid, query)::skills.bm25query;
+END
+$$;
+COMMENT ON FUNCTION skills.bm25query(text, regclass) IS
+    'A BM25 query for ORDER BY ARRAY[name, description, instructions] <&> skills.bm25query(...): the index defaults to the bm25 index on skills.skill';
+
+-- Top k skills by the bm25 index: exactly the reference scan's answer (score descending, ties by
+-- id). Rows come from the index best first; reading stops once k rows are in hand and the next
+-- score is strictly lower, so ties at the k-th place are all seen before sorting by id.
+CREATE FUNCTION skills.bm25_index_search(
+    query text,
+    k integer,
+    categories skills.category[],
+    index regclass)
+RETURNS TABLE (id bigint, score double precision)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    q skills.bm25query := skills.bm25query(query, index);
+    r record;
+    ids bigint[] := '{}';
+    scores double precision[] := '{}';
+    kth double precision;
+BEGIN
+    FOR r IN
+        SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
+        FROM skills.skill AS s
+        WHERE categories IS NULL OR s.category = ANY (categories)
+        ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q
+    LOOP
+        EXIT WHEN r.score <= 0;  -- the rest contain no query term
+        EXIT WHEN kth IS NOT NULL AND r.score < kth;
+        ids := ids || r.id;
+        scores := scores || r.score;
+        IF k IS NOT NULL AND cardinality(ids) = k THEN
+            kth := r.score;
+        END IF;
+    END LOOP;
+    RETURN QUERY
+        SELECT u.id, u.score FROM unnest(ids, scores) AS u(id, score)
+        ORDER BY u.score DESC, u.id
+        LIMIT k;
+END
+$$;

@@ -1,0 +1,385 @@
+//! Throwaway Postgres clusters for out-of-process tests.
+//!
+//! Each [`Cluster`] lives in its own directory under /var/tmp, listens on 127.0.0.1 at a port
+//! of its own, and is stopped and removed when dropped — also when a test fails. Servers run as
+//! the `postgres` user when the tests run as root (Postgres refuses root).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub use postgres::{Client, NoTls};
+
+/// Where the server binaries are: `PG_CONFIG --bindir`.
+pub fn bindir() -> PathBuf {
+    let pg_config = std::env::var("PG_CONFIG")
+        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin/pg_config".into());
+    let out = Command::new(&pg_config)
+        .arg("--bindir")
+        .output()
+        .expect("pg_config runs");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+/// Runs a server binary as the postgres user when we are root.
+fn server_command(program: &str) -> Command {
+    let path = bindir().join(program);
+    if is_root() {
+        let mut c = Command::new("sudo");
+        c.args(["-u", "postgres", "env", "-u", "RUST_BACKTRACE"])
+            .arg(path);
+        c
+    } else {
+        Command::new(path)
+    }
+}
+
+fn check(what: &str, out: std::io::Result<Output>) -> Output {
+    let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// True when the pg_skills extension is installed for the server binaries in use.
+pub fn extension_installed() -> bool {
+    let sharedir = Command::new(bindir().join("pg_config"))
+        .arg("--sharedir")
+        .output();
+    let Ok(out) = sharedir else { return false };
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    dir.join("extension/pg_skills.control").exists()
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl Cluster {
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn new_dir(name: &str) -> PathBuf {
+        let dir = PathBuf::from(format!(
+            "/var/tmp/pg_skills-it-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            check(
+                "chown",
+                Command::new("chown")
+                    .args(["postgres:postgres"])
+                    .arg(&dir)
+                    .output(),
+            );
+        }
+        dir
+    }
+
+    /// initdb + start, with WAL for streaming replicas.
+    pub fn start(name: &str, port: u16) -> Cluster {
+        let cluster = Cluster {
+            dir: Self::new_dir(name),
+            port,
+        };
+        check(
+            "initdb",
+            server_command("initdb")
+                .args(["-A", "trust", "-U", "postgres", "--locale=C.UTF-8", "-D"])
+                .arg(cluster.data())
+                .output(),
+        );
+        let conf = "\nwal_level = replica\nmax_wal_senders = 4\nhot_standby = on\nfsync = on\n\
+                    listen_addresses = '127.0.0.1'\nmax_connections = 40\n";
+        append(&cluster.data().join("postgresql.conf"), conf);
+        cluster.pg_ctl_start();
+        cluster
+    }
+
+    /// A streaming standby of `primary`, made with pg_basebackup.
+    pub fn standby_of(primary: &Cluster, name: &str, port: u16) -> Cluster {
+        let cluster = Cluster {
+            dir: Self::new_dir(name),
+            port,
+        };
+        check(
+            "pg_basebackup",
+            server_command("pg_basebackup")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-p",
+                ])
+                .arg(primary.port.to_string())
+                .arg("-D")
+                .arg(cluster.data())
+                .output(),
+        );
+        cluster.pg_ctl_start();
+        cluster
+    }
+
+    fn pg_ctl_start(&self) {
+        let log = self.dir.join("server.log");
+        check(
+            "pg_ctl start",
+            server_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .arg("-l")
+                .arg(&log)
+                .args(["-w", "-t", "120", "-o"])
+                .arg(format!("-p {} -k {}", self.port, self.dir.display()))
+                .arg("start")
+                .output(),
+        );
+    }
+
+    pub fn client(&self) -> Client {
+        self.client_db("postgres")
+    }
+
+    pub fn client_db(&self, db: &str) -> Client {
+        let dsn = format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db}",
+            self.port
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match Client::connect(&dsn, NoTls) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("connect {dsn}: {e}"),
+            }
+        }
+    }
+
+    pub fn dsn(&self, db: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db}",
+            self.port
+        )
+    }
+
+    /// kill -9 the postmaster (a crash: no shutdown checkpoint), then start again (recovery).
+    pub fn crash_and_restart(&self) {
+        let pid_file =
+            std::fs::read_to_string(self.data().join("postmaster.pid")).expect("postmaster.pid");
+        let pid = pid_file.lines().next().unwrap().trim().to_string();
+        check("kill -9", Command::new("kill").args(["-9", &pid]).output());
+        // The children notice the postmaster is gone and exit; wait for the shared memory to go.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = std::fs::remove_file(self.data().join("postmaster.pid"));
+        self.pg_ctl_start();
+    }
+
+    pub fn bin(&self, program: &str) -> PathBuf {
+        bindir().join(program)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = server_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        if std::env::var_os("PGS_KEEP_CLUSTERS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+/// A deterministic pseudo-random stream (SplitMix64) for reproducible workloads.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    pub fn words(&mut self, min: u64, max: u64) -> String {
+        const WORDS: &[&str] = &[
+            "rust",
+            "test",
+            "runner",
+            "python",
+            "debug",
+            "trace",
+            "panic",
+            "refactor",
+            "review",
+            "docker",
+            "deploy",
+            "kubernetes",
+            "helm",
+            "schema",
+            "migration",
+            "query",
+            "index",
+            "vector",
+            "model",
+            "train",
+            "dataset",
+            "pandas",
+            "plot",
+            "markdown",
+            "docs",
+            "lint",
+            "cargo",
+            "build",
+            "error",
+            "stack",
+            "memory",
+            "leak",
+            "profile",
+            "cache",
+            "http",
+            "server",
+            "api",
+            "json",
+            "config",
+            "token",
+            "auth",
+            "browser",
+            "react",
+            "async",
+            "thread",
+            "lock",
+            "queue",
+            "retry",
+            "timeout",
+        ];
+        let n = min + self.below(max - min + 1);
+        (0..n)
+            .map(|_| {
+                let i = self.below(WORDS.len() as u64 * 3) as usize;
+                if i < WORDS.len() {
+                    WORDS[i].to_string()
+                } else {
+                    format!("{}{}", WORDS[i % WORDS.len()], i % 11)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The seed of a randomized test: `PGS_FUZZ_SEED` or the clock; printed so a failure replays.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("PGS_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                % 1_000_000_007
+        });
+    println!("{test}: seed {seed} (replay with PGS_FUZZ_SEED={seed})");
+    seed
+}
+
+/// Installs the extension in `db` of a fresh cluster.
+pub fn setup_extension(client: &mut Client) {
+    client
+        .batch_execute("CREATE EXTENSION pg_skills")
+        .expect("CREATE EXTENSION pg_skills");
+}
+
+pub fn insert_random(client: &mut Client, rng: &mut Rng, n: usize, tag: &str) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("{}-{tag}-{i}", rng.words(1, 2).replace(' ', "-"));
+        let row = client
+            .query_one(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, $3) RETURNING id",
+                &[&name, &rng.words(3, 15), &rng.words(0, 150)],
+            )
+            .expect("insert");
+        ids.push(row.get(0));
+    }
+    ids
+}
+
+/// (id, score) of skills.search (the index path when an index exists).
+pub fn search(client: &mut Client, query: &str, k: Option<i32>) -> Vec<(i64, f64)> {
+    client
+        .query(
+            "SELECT id, score FROM skills.search($1, k => $2)",
+            &[&query, &k],
+        )
+        .expect("skills.search")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// (id, score) of the reference sequential scorer.
+pub fn reference(client: &mut Client, query: &str, k: Option<i32>) -> Vec<(i64, f64)> {
+    client
+        .query(
+            "SELECT id, score FROM skills.bm25_scan($1, $2, NULL)",
+            &[&query, &k],
+        )
+        .expect("skills.bm25_scan")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Asserts the index path and the reference agree: same ids in the same order, scores to 1e-9.
+pub fn assert_same_ranking(context: &str, got: &[(i64, f64)], want: &[(i64, f64)]) {
+    assert_eq!(got.len(), want.len(), "{context}: {got:?} vs {want:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.0, w.0, "{context}: {got:?} vs {want:?}");
+        assert!(
+            (g.1 - w.1).abs() <= 1e-9 * w.1.abs().max(1.0),
+            "{context}: {g:?} vs {w:?}"
+        );
+    }
+}

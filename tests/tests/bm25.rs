@@ -1,0 +1,356 @@
+//! The bm25 index against real servers: concurrency + VACUUM, crash recovery, streaming
+//! replication, dump/restore, REINDEX CONCURRENTLY. Each test starts its own cluster on its own
+//! loopback port and removes it at the end, also on failure. Skipped (with a message) when the
+//! extension is not installed; `./x test` installs it first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pg_skills_server_tests::*;
+
+const INDEX: &str =
+    "CREATE INDEX skill_bm25 ON skills.skill USING bm25 ((ARRAY[name, description, instructions]))";
+
+fn skip() -> bool {
+    if !extension_installed() {
+        eprintln!(
+            "SKIPPED: pg_skills is not installed for {} (run ./x test)",
+            bindir().display()
+        );
+        return true;
+    }
+    false
+}
+
+/// Index path against the reference for `queries` random queries, k = 10 and all.
+fn differential(client: &mut Client, rng: &mut Rng, queries: usize, context: &str) {
+    for q in 0..queries {
+        let query = rng.words(1, 6);
+        for k in [Some(10), None] {
+            let got = search(client, &query, k);
+            let want = reference(client, &query, k);
+            assert_same_ranking(
+                &format!("{context}: query {q} {query:?} k {k:?}"),
+                &got,
+                &want,
+            );
+        }
+    }
+}
+
+#[test]
+fn concurrent_writers_and_vacuum_then_index_equals_reference() {
+    if skip() {
+        return;
+    }
+    let seed = seed("concurrent_writers_and_vacuum");
+    let cluster = Cluster::start("concurrent", 54361);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    let mut rng = Rng(seed);
+    insert_random(&mut admin, &mut rng, 300, "base");
+    admin
+        .batch_execute(&format!("{INDEX} WITH (append_pages = 2)"))
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut workers = Vec::new();
+    for w in 0..3u64 {
+        let (dsn, stop, errors) = (cluster.dsn("postgres"), stop.clone(), errors.clone());
+        workers.push(std::thread::spawn(move || {
+            let mut client = Client::connect(&dsn, NoTls).unwrap();
+            let mut rng = Rng(seed ^ (w + 1) * 0x1234_5678);
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let op = rng.below(10);
+                let result = if op < 6 {
+                    let name = format!("w{w}-{n}");
+                    client
+                        .execute(
+                            "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, $3)",
+                            &[&name, &rng.words(3, 12), &rng.words(0, 100)],
+                        )
+                        .map(|_| ())
+                } else if op < 8 {
+                    let extra = rng.words(1, 5);
+                    client
+                        .execute(
+                            "UPDATE skills.skill SET instructions = instructions || ' ' || $1 \
+                             WHERE id = (SELECT id FROM skills.skill ORDER BY random() LIMIT 1)",
+                            &[&extra],
+                        )
+                        .map(|_| ())
+                } else if op < 9 {
+                    client
+                        .execute("DELETE FROM skills.skill WHERE id = (SELECT id FROM skills.skill ORDER BY random() LIMIT 1)", &[])
+                        .map(|_| ())
+                } else {
+                    let q = rng.words(1, 4);
+                    client.query("SELECT * FROM skills.search($1, k => 5)", &[&q]).map(|_| ())
+                };
+                if let Err(e) = result {
+                    errors.lock().unwrap().push(format!("worker {w}: {e}"));
+                }
+                n += 1;
+            }
+        }));
+    }
+    {
+        let (dsn, stop, errors) = (cluster.dsn("postgres"), stop.clone(), errors.clone());
+        workers.push(std::thread::spawn(move || {
+            let mut client = Client::connect(&dsn, NoTls).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                if let Err(e) = client.batch_execute("VACUUM skills.skill") {
+                    errors.lock().unwrap().push(format!("vacuum: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let errors = errors.lock().unwrap();
+    assert!(errors.is_empty(), "seed {seed}: {errors:?}");
+    admin.batch_execute("VACUUM skills.skill").unwrap();
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM skills.skill", &[])
+        .unwrap()
+        .get(0);
+    let stats = admin
+        .query_one("SELECT segment_documents + append_documents, segments_with_tombstones FROM skills.bm25_index_stats('skills.skill_bm25'::regclass)", &[])
+        .unwrap();
+    assert_eq!(
+        stats.get::<_, i64>(0),
+        rows,
+        "seed {seed}: after VACUUM the index holds exactly the live rows"
+    );
+    assert_eq!(stats.get::<_, i32>(1), 0);
+    differential(&mut admin, &mut rng, 25, &format!("seed {seed}"));
+}
+
+#[test]
+fn crash_recovery_keeps_every_committed_row() {
+    if skip() {
+        return;
+    }
+    let seed = seed("crash_recovery");
+    let cluster = Cluster::start("crash", 54362);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    let mut rng = Rng(seed);
+    insert_random(&mut admin, &mut rng, 100, "base");
+    admin
+        .batch_execute(&format!("{INDEX} WITH (append_pages = 2)"))
+        .unwrap();
+
+    let committed = Arc::new(Mutex::new(Vec::<(i64, String)>::new()));
+    let mut writers = Vec::new();
+    for w in 0..2u64 {
+        let (dsn, committed) = (cluster.dsn("postgres"), committed.clone());
+        writers.push(std::thread::spawn(move || {
+            let mut client = Client::connect(&dsn, NoTls).unwrap();
+            let mut rng = Rng(seed + w);
+            for n in 0.. {
+                let token = format!("crashtoken{w}x{n}");
+                let instructions = format!("{} {token}", rng.words(0, 60));
+                match client.query_one(
+                    "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, $3) RETURNING id",
+                    &[&format!("c{w}-{n}"), &rng.words(2, 10), &instructions],
+                ) {
+                    Ok(row) => committed.lock().unwrap().push((row.get(0), token)),
+                    Err(_) => return, // the server went away
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.crash_and_restart();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let committed = committed.lock().unwrap().clone();
+    assert!(
+        committed.len() > 20,
+        "seed {seed}: only {} inserts before the crash",
+        committed.len()
+    );
+    let mut client = cluster.client();
+    for (id, token) in &committed {
+        let hits = search(&mut client, token, Some(1));
+        assert_eq!(
+            hits.first().map(|h| h.0),
+            Some(*id),
+            "seed {seed}: committed row {id} ({token}) lost by the index"
+        );
+    }
+    client.batch_execute("VACUUM skills.skill").unwrap();
+    differential(
+        &mut client,
+        &mut rng,
+        15,
+        &format!("seed {seed} after crash"),
+    );
+}
+
+#[test]
+fn standby_returns_the_primarys_results() {
+    if skip() {
+        return;
+    }
+    let seed = seed("standby");
+    let primary = Cluster::start("primary", 54363);
+    let mut p = primary.client();
+    setup_extension(&mut p);
+    let mut rng = Rng(seed);
+    insert_random(&mut p, &mut rng, 200, "base");
+    p.batch_execute(&format!("{INDEX} WITH (append_pages = 2)"))
+        .unwrap();
+    let standby = Cluster::standby_of(&primary, "standby", 54364);
+    // Changes after the base backup reach the standby only through WAL.
+    insert_random(&mut p, &mut rng, 150, "later");
+    p.batch_execute("DELETE FROM skills.skill WHERE id % 9 = 0; VACUUM skills.skill;")
+        .unwrap();
+    insert_random(&mut p, &mut rng, 30, "after-vacuum");
+    let lsn: String = p
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .unwrap()
+        .get(0);
+    let mut s = standby.client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let caught_up: bool = s
+            .query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                &[&lsn],
+            )
+            .unwrap()
+            .get(0);
+        if caught_up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "standby did not replay to {lsn}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for q in 0..25 {
+        let query = rng.words(1, 5);
+        let on_primary = search(&mut p, &query, Some(10));
+        let on_standby = search(&mut s, &query, Some(10));
+        assert_same_ranking(
+            &format!("seed {seed} query {q} {query:?}"),
+            &on_standby,
+            &on_primary,
+        );
+    }
+    let plan: Vec<String> = s
+        .query(
+            "EXPLAIN SELECT id FROM skills.skill ORDER BY ARRAY[name, description, instructions] \
+             OPERATOR(skills.<&>) skills.bm25query('rust') LIMIT 3",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|l| l.contains("Index Scan using skill_bm25")),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn dump_restore_and_reindex_concurrently_keep_results() {
+    if skip() {
+        return;
+    }
+    let seed = seed("dump_restore");
+    let cluster = Cluster::start("dump", 54365);
+    let mut c = cluster.client();
+    setup_extension(&mut c);
+    let mut rng = Rng(seed);
+    insert_random(&mut c, &mut rng, 250, "base");
+    c.batch_execute(&format!(
+        "{INDEX} WITH (k1 = 1.2, b = 0.7, name_weight = 2)"
+    ))
+    .unwrap();
+    let queries: Vec<String> = (0..15).map(|_| rng.words(1, 5)).collect();
+    let before: Vec<_> = queries
+        .iter()
+        .map(|q| search(&mut c, q, Some(10)))
+        .collect();
+
+    let dump = cluster.dir.join("db.dump");
+    let out = std::process::Command::new(cluster.bin("pg_dump"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-Fc",
+            "-p",
+            &cluster.port.to_string(),
+            "-f",
+        ])
+        .arg(&dump)
+        .arg("postgres")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.batch_execute("CREATE DATABASE restored").unwrap();
+    let out = std::process::Command::new(cluster.bin("pg_restore"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-p",
+            &cluster.port.to_string(),
+            "-d",
+            "restored",
+        ])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut r = cluster.client_db("restored");
+    let definition: String = r
+        .query_one(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'skill_bm25'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        definition.contains("USING bm25") && definition.contains("name_weight='2'"),
+        "{definition}"
+    );
+    for (q, want) in queries.iter().zip(&before) {
+        assert_same_ranking(
+            &format!("restored {q:?}"),
+            &search(&mut r, q, Some(10)),
+            want,
+        );
+    }
+    c.batch_execute("REINDEX INDEX CONCURRENTLY skills.skill_bm25")
+        .unwrap();
+    for (q, want) in queries.iter().zip(&before) {
+        assert_same_ranking(
+            &format!("reindexed {q:?}"),
+            &search(&mut c, q, Some(10)),
+            want,
+        );
+    }
+}
