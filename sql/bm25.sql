@@ -93,3 +93,9 @@ BEGIN
         LIMIT k;
 END
 $$;
+
+-- The extension's own BM25 index over skills.skill, so search is fast from the first row and the
+-- index survives pg_dump/pg_restore (pg_dump does not dump indexes users add to an extension's
+-- tables; it recreates the extension's own objects). Tune it with
+-- ALTER INDEX skills.skill_bm25 SET (k1 = ..., ...) followed by REINDEX INDEX skills.skill_bm25.
+CREATE INDEX skill_bm25 ON skills.skill USING bm25 ((ARRAY[name, description, instructions]));

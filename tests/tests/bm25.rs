@@ -9,8 +9,13 @@ use std::time::{Duration, Instant};
 
 use pg_skills_server_tests::*;
 
-const INDEX: &str =
-    "CREATE INDEX skill_bm25 ON skills.skill USING bm25 ((ARRAY[name, description, instructions]))";
+/// Rebuilds the extension's own index with `options` (options take effect at REINDEX).
+fn set_index_options(client: &mut Client, options: &str) {
+    client
+        .batch_execute(&format!("ALTER INDEX skills.skill_bm25 SET ({options})"))
+        .unwrap();
+    client.batch_execute("REINDEX INDEX skills.skill_bm25").unwrap();
+}
 
 fn skip() -> bool {
     if !extension_installed() {
@@ -50,9 +55,7 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
     setup_extension(&mut admin);
     let mut rng = Rng(seed);
     insert_random(&mut admin, &mut rng, 300, "base");
-    admin
-        .batch_execute(&format!("{INDEX} WITH (append_pages = 2)"))
-        .unwrap();
+    set_index_options(&mut admin, "append_pages = 2");
 
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -91,7 +94,11 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
                     client.query("SELECT * FROM skills.search($1, k => 5)", &[&q]).map(|_| ())
                 };
                 if let Err(e) = result {
-                    errors.lock().unwrap().push(format!("worker {w}: {e}"));
+                    // An update can make two skills' content identical: the content hash is
+                    // unique, so that statement fails on its own, as it should.
+                    if e.code() != Some(&postgres::error::SqlState::UNIQUE_VIOLATION) {
+                        errors.lock().unwrap().push(format!("worker {w}: {e:?}"));
+                    }
                 }
                 n += 1;
             }
@@ -103,7 +110,7 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
             let mut client = Client::connect(&dsn, NoTls).unwrap();
             while !stop.load(Ordering::Relaxed) {
                 if let Err(e) = client.batch_execute("VACUUM skills.skill") {
-                    errors.lock().unwrap().push(format!("vacuum: {e}"));
+                    errors.lock().unwrap().push(format!("vacuum: {e:?}"));
                 }
                 std::thread::sleep(Duration::from_millis(300));
             }
@@ -144,9 +151,7 @@ fn crash_recovery_keeps_every_committed_row() {
     setup_extension(&mut admin);
     let mut rng = Rng(seed);
     insert_random(&mut admin, &mut rng, 100, "base");
-    admin
-        .batch_execute(&format!("{INDEX} WITH (append_pages = 2)"))
-        .unwrap();
+    set_index_options(&mut admin, "append_pages = 2");
 
     let committed = Arc::new(Mutex::new(Vec::<(i64, String)>::new()));
     let mut writers = Vec::new();
@@ -208,13 +213,12 @@ fn standby_returns_the_primarys_results() {
     setup_extension(&mut p);
     let mut rng = Rng(seed);
     insert_random(&mut p, &mut rng, 200, "base");
-    p.batch_execute(&format!("{INDEX} WITH (append_pages = 2)"))
-        .unwrap();
+    set_index_options(&mut p, "append_pages = 2");
     let standby = Cluster::standby_of(&primary, "standby", 54364);
     // Changes after the base backup reach the standby only through WAL.
     insert_random(&mut p, &mut rng, 150, "later");
-    p.batch_execute("DELETE FROM skills.skill WHERE id % 9 = 0; VACUUM skills.skill;")
-        .unwrap();
+    p.batch_execute("DELETE FROM skills.skill WHERE id % 9 = 0").unwrap();
+    p.batch_execute("VACUUM skills.skill").unwrap();
     insert_random(&mut p, &mut rng, 30, "after-vacuum");
     let lsn: String = p
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
@@ -274,10 +278,8 @@ fn dump_restore_and_reindex_concurrently_keep_results() {
     setup_extension(&mut c);
     let mut rng = Rng(seed);
     insert_random(&mut c, &mut rng, 250, "base");
-    c.batch_execute(&format!(
-        "{INDEX} WITH (k1 = 1.2, b = 0.7, name_weight = 2)"
-    ))
-    .unwrap();
+    // Options changed by ALTER INDEX are not dumped: the index belongs to the extension, which
+    // a restore recreates with its defaults. So this test keeps the defaults.
     let queries: Vec<String> = (0..15).map(|_| rng.words(1, 5)).collect();
     let before: Vec<_> = queries
         .iter()
@@ -334,7 +336,7 @@ fn dump_restore_and_reindex_concurrently_keep_results() {
         .unwrap()
         .get(0);
     assert!(
-        definition.contains("USING bm25") && definition.contains("name_weight='2'"),
+        definition.contains("USING bm25"),
         "{definition}"
     );
     for (q, want) in queries.iter().zip(&before) {
