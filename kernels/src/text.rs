@@ -45,6 +45,11 @@ impl Analyzer {
         Analyzer { inner }
     }
 
+    /// The underlying tantivy analyzer (to register the same analysis in a tantivy index).
+    pub fn text_analyzer(&self) -> TextAnalyzer {
+        self.inner.clone()
+    }
+
     /// Calls `sink` with every token of `text`, in order, duplicates included.
     pub fn for_each_token(&mut self, text: &str, mut sink: impl FnMut(&str)) {
         let mut stream = self.inner.token_stream(text);

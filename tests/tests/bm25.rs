@@ -14,7 +14,9 @@ fn set_index_options(client: &mut Client, options: &str) {
     client
         .batch_execute(&format!("ALTER INDEX skills.skill_bm25 SET ({options})"))
         .unwrap();
-    client.batch_execute("REINDEX INDEX skills.skill_bm25").unwrap();
+    client
+        .batch_execute("REINDEX INDEX skills.skill_bm25")
+        .unwrap();
 }
 
 fn skip() -> bool {
@@ -217,7 +219,8 @@ fn standby_returns_the_primarys_results() {
     let standby = Cluster::standby_of(&primary, "standby", 54364);
     // Changes after the base backup reach the standby only through WAL.
     insert_random(&mut p, &mut rng, 150, "later");
-    p.batch_execute("DELETE FROM skills.skill WHERE id % 9 = 0").unwrap();
+    p.batch_execute("DELETE FROM skills.skill WHERE id % 9 = 0")
+        .unwrap();
     p.batch_execute("VACUUM skills.skill").unwrap();
     insert_random(&mut p, &mut rng, 30, "after-vacuum");
     let lsn: String = p
@@ -335,10 +338,7 @@ fn dump_restore_and_reindex_concurrently_keep_results() {
         )
         .unwrap()
         .get(0);
-    assert!(
-        definition.contains("USING bm25"),
-        "{definition}"
-    );
+    assert!(definition.contains("USING bm25"), "{definition}");
     for (q, want) in queries.iter().zip(&before) {
         assert_same_ranking(
             &format!("restored {q:?}"),

@@ -1,0 +1,504 @@
+//! BM25 index benchmark, side by side in one run on the same rows and queries:
+//! - the pg_skills `bm25` index (`ORDER BY doc <&> query LIMIT 10`),
+//! - PostgreSQL's built-in full text search (tsvector + GIN, `ts_rank_cd ... LIMIT 10`, OR
+//!   semantics between query words),
+//! - tantivy in-process on the same documents with the same analyzer (the library bound).
+//!
+//! Documents: SkillsBench SKILL.md files replicated with perturbation (a fifth of the words
+//! replaced by words drawn from the corpus vocabulary by frequency, lengths scaled 0.5–1.5×).
+//! Queries: MetaTool task queries (short, natural language). Reports build time, size, latency
+//! percentiles by query length (one client) and pgbench QPS at 1, 2 and 8 clients.
+//!
+//! `cargo run --release -p pg_skills_benches --bin bm25_bench -- --dsn ... --sizes 10000,100000`
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use clap::Parser;
+use postgres::{Client, NoTls};
+
+use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
+
+#[derive(Parser)]
+struct Args {
+    /// Server to run on (a database pgs_bm25_bench is created there and dropped after).
+    #[arg(long)]
+    dsn: String,
+    /// Corpus sizes.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    sizes: Vec<usize>,
+    /// Queries timed per system.
+    #[arg(long, default_value_t = 500)]
+    queries: usize,
+    /// Seconds per pgbench run.
+    #[arg(long, default_value_t = 15)]
+    pgbench_seconds: u32,
+    #[arg(long, default_value = "../shared/bench-data")]
+    data: PathBuf,
+    /// pg_config of the server (for pgbench).
+    #[arg(long, default_value = "/usr/lib/postgresql/15/bin/pg_config")]
+    pg_config: String,
+}
+
+/// SplitMix64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+struct Doc {
+    name: String,
+    description: String,
+    instructions: String,
+}
+
+fn base_documents(data: &Path) -> Vec<Doc> {
+    let text = std::fs::read_to_string(data.join("skillsbench-tasks/corpus.jsonl"))
+        .expect("SkillsBench corpus");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            let raw = v["text"].as_str()?;
+            let skill = pg_skills_corpus::skill::parse_skill_md(raw, v["_id"].as_str()).ok()?;
+            Some(Doc {
+                name: skill.name,
+                description: skill.description,
+                instructions: skill.instructions,
+            })
+        })
+        .collect()
+}
+
+/// Words of the base corpus with their frequencies, for sampling by frequency.
+struct Vocabulary {
+    words: Vec<String>,
+    cumulative: Vec<u64>,
+}
+
+impl Vocabulary {
+    fn new(docs: &[Doc]) -> Self {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for d in docs {
+            for w in d
+                .description
+                .split_whitespace()
+                .chain(d.instructions.split_whitespace())
+            {
+                *counts.entry(w).or_default() += 1;
+            }
+        }
+        let mut pairs: Vec<_> = counts.into_iter().collect();
+        pairs.sort();
+        let mut total = 0;
+        let mut words = Vec::new();
+        let mut cumulative = Vec::new();
+        for (w, c) in pairs {
+            total += c;
+            words.push(w.to_string());
+            cumulative.push(total);
+        }
+        Vocabulary { words, cumulative }
+    }
+
+    fn sample(&self, rng: &mut Rng) -> &str {
+        let x = rng.next() % self.cumulative.last().unwrap();
+        &self.words[self.cumulative.partition_point(|&c| c <= x)]
+    }
+}
+
+fn perturb(text: &str, vocab: &Vocabulary, rng: &mut Rng, scale: f64) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.is_empty() {
+        return String::new();
+    }
+    let n = ((words.len() as f64) * scale).max(1.0) as usize;
+    (0..n)
+        .map(|i| {
+            if rng.unit() < 0.2 {
+                vocab.sample(rng)
+            } else {
+                words[i % words.len()]
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn synthetic(base: &[Doc], vocab: &Vocabulary, n: usize) -> Vec<Doc> {
+    let mut rng = Rng(42);
+    (0..n)
+        .map(|i| {
+            let b = &base[i % base.len()];
+            let scale = 0.5 + rng.unit();
+            Doc {
+                name: format!("{}-{i}", b.name),
+                description: perturb(&b.description, vocab, &mut rng, 1.0),
+                instructions: perturb(&b.instructions, vocab, &mut rng, scale),
+            }
+        })
+        .collect()
+}
+
+fn copy_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn latencies_ms(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (
+        percentile(&v, 0.5),
+        percentile(&v, 0.95),
+        percentile(&v, 0.99),
+    )
+}
+
+fn bucket(terms: usize) -> &'static str {
+    match terms {
+        0..=3 => "1-3 terms",
+        4..=6 => "4-6 terms",
+        _ => "7+ terms",
+    }
+}
+
+fn pgbench(pg_config: &str, dsn_db: &str, script: &str, clients: u32, seconds: u32) -> f64 {
+    let bindir = Command::new(pg_config)
+        .arg("--bindir")
+        .output()
+        .expect("pg_config");
+    let bindir = String::from_utf8_lossy(&bindir.stdout).trim().to_string();
+    let file = std::env::temp_dir().join(format!("pgs_bench_{}_{clients}.sql", std::process::id()));
+    std::fs::write(&file, script).unwrap();
+    let out = Command::new(Path::new(&bindir).join("pgbench"))
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-T",
+            &seconds.to_string(),
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.to_string(),
+            "-f",
+        ])
+        .arg(&file)
+        .arg(dsn_db)
+        .output()
+        .expect("pgbench runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = std::fs::remove_file(&file);
+    text.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("pgbench: {text}\n{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn main() {
+    let args = Args::parse();
+    let base = base_documents(&args.data);
+    let vocab = Vocabulary::new(&base);
+    let queries: Vec<String> = std::fs::read_to_string(args.data.join("metatool/queries.jsonl"))
+        .expect("MetaTool queries")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["text"].as_str().map(str::to_owned))
+        .step_by(37)
+        .take(args.queries)
+        .collect();
+    let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+    let query_terms: Vec<usize> = queries
+        .iter()
+        .map(|q| {
+            let mut t = analyzer.tokens(q);
+            t.sort();
+            t.dedup();
+            t.len()
+        })
+        .collect();
+
+    let mut admin = Client::connect(&args.dsn, NoTls).expect("connect");
+    let mut report = String::new();
+    for &n in &args.sizes {
+        eprintln!("== {n} documents");
+        let docs = synthetic(&base, &vocab, n);
+        admin
+            .batch_execute("DROP DATABASE IF EXISTS pgs_bm25_bench")
+            .unwrap();
+        admin
+            .batch_execute("CREATE DATABASE pgs_bm25_bench")
+            .unwrap();
+        let dsn_db = format!("{} dbname=pgs_bm25_bench", args.dsn);
+        let mut db = Client::connect(&dsn_db, NoTls).unwrap();
+        db.batch_execute(
+            "CREATE EXTENSION pg_skills;
+             DROP INDEX skills.skill_bm25;
+             ALTER TABLE skills.skill DISABLE TRIGGER USER;",
+        )
+        .unwrap();
+        let t = Instant::now();
+        {
+            let mut w = db
+                .copy_in("COPY skills.skill (name, description, instructions, category, content_hash) FROM STDIN")
+                .unwrap();
+            for (i, d) in docs.iter().enumerate() {
+                let hash = pg_skills_corpus::skill::content_hash(
+                    &format!("{}{i}", d.name),
+                    &d.description,
+                    &d.instructions,
+                );
+                writeln!(
+                    w,
+                    "{}\t{}\t{}\tcode_generation\t{hash}",
+                    copy_escape(&d.name),
+                    copy_escape(&d.description),
+                    copy_escape(&d.instructions)
+                )
+                .unwrap();
+            }
+            w.finish().unwrap();
+        }
+        eprintln!("loaded in {:.1} s", t.elapsed().as_secs_f64());
+        db.batch_execute("VACUUM ANALYZE skills.skill; SET maintenance_work_mem = '1GB'")
+            .unwrap();
+        let text_bytes: i64 = db
+            .query_one("SELECT sum(octet_length(name) + octet_length(description) + octet_length(instructions))::bigint FROM skills.skill", &[])
+            .unwrap()
+            .get(0);
+
+        let t = Instant::now();
+        db.batch_execute("CREATE INDEX bench_bm25 ON skills.skill USING bm25 ((ARRAY[name, description, instructions]))").unwrap();
+        let bm25_build = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        db.batch_execute(
+            "CREATE TABLE fts AS SELECT id, to_tsvector('english', name || ' ' || description || ' ' || instructions) AS tsv FROM skills.skill;
+             CREATE INDEX fts_gin ON fts USING gin (tsv); ANALYZE fts;",
+        )
+        .unwrap();
+        let fts_build = t.elapsed().as_secs_f64();
+        let sizes = db
+            .query_one("SELECT pg_relation_size('skills.bench_bm25'), pg_relation_size('fts_gin'), pg_relation_size('fts')", &[])
+            .unwrap();
+        let (bm25_size, gin_size, tsv_size): (i64, i64, i64) =
+            (sizes.get(0), sizes.get(1), sizes.get(2));
+
+        db.batch_execute("CREATE TABLE bench_queries (id int PRIMARY KEY, q text, tsq tsquery)")
+            .unwrap();
+        for (i, q) in queries.iter().enumerate() {
+            db.execute(
+                "INSERT INTO bench_queries VALUES ($1, $2, \
+                 (SELECT coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery FROM unnest(to_tsvector('english', $2))))",
+                &[&(i as i32 + 1), q],
+            )
+            .unwrap();
+        }
+        let plan: Vec<String> = db
+            .query(
+                "EXPLAIN SELECT id FROM skills.skill ORDER BY ARRAY[name, description, instructions] OPERATOR(skills.<&>) \
+                 skills.bm25query((SELECT q FROM bench_queries WHERE id = 1), 'skills.bench_bm25') LIMIT 10",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            plan.iter()
+                .any(|l| l.contains("Index Scan using bench_bm25")),
+            "{plan:?}"
+        );
+
+        // One client, prepared statements: latency per query.
+        let bm25_stmt = db
+            .prepare(
+                "SELECT id FROM skills.skill ORDER BY ARRAY[name, description, instructions] OPERATOR(skills.<&>) \
+                 skills.bm25query($1, 'skills.bench_bm25') LIMIT 10",
+            )
+            .unwrap();
+        let fts_stmt = db
+            .prepare("SELECT id FROM fts WHERE tsv @@ $1::tsquery ORDER BY ts_rank_cd(tsv, $1::tsquery) DESC LIMIT 10")
+            .unwrap();
+        let tsqs: Vec<String> = db
+            .query("SELECT tsq::text FROM bench_queries ORDER BY id", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut bm25_lat: HashMap<&str, Vec<f64>> = HashMap::new();
+        let mut fts_lat: HashMap<&str, Vec<f64>> = HashMap::new();
+        for (i, q) in queries.iter().enumerate() {
+            let t = Instant::now();
+            db.query(&bm25_stmt, &[q]).unwrap();
+            bm25_lat
+                .entry(bucket(query_terms[i]))
+                .or_default()
+                .push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            db.query(&fts_stmt, &[&tsqs[i]]).unwrap();
+            fts_lat
+                .entry(bucket(query_terms[i]))
+                .or_default()
+                .push(t.elapsed().as_secs_f64() * 1e3);
+        }
+
+        // tantivy in-process, same documents and analyzer (one text field: weights 1).
+        let (tantivy_build, tantivy_lat) = tantivy_run(&docs, &queries, &query_terms);
+
+        // pgbench QPS.
+        let nq = queries.len();
+        let bm25_script = format!(
+            "\\set qid random(1, {nq})\nSELECT id FROM skills.skill ORDER BY ARRAY[name, description, instructions] OPERATOR(skills.<&>) \
+             skills.bm25query((SELECT q FROM bench_queries WHERE id = :qid), 'skills.bench_bm25') LIMIT 10;\n"
+        );
+        let fts_script = format!(
+            "\\set qid random(1, {nq})\nSELECT id FROM fts WHERE tsv @@ (SELECT tsq FROM bench_queries WHERE id = :qid) \
+             ORDER BY ts_rank_cd(tsv, (SELECT tsq FROM bench_queries WHERE id = :qid)) DESC LIMIT 10;\n"
+        );
+        let pgbench_db = dsn_db.clone();
+        let mut qps = Vec::new();
+        for clients in [1u32, 2, 8] {
+            let b = pgbench(
+                &args.pg_config,
+                &pgbench_db,
+                &bm25_script,
+                clients,
+                args.pgbench_seconds,
+            );
+            let f = pgbench(
+                &args.pg_config,
+                &pgbench_db,
+                &fts_script,
+                clients,
+                args.pgbench_seconds,
+            );
+            eprintln!("{clients} clients: bm25 {b:.1} QPS, FTS {f:.2} QPS");
+            qps.push((clients, b, f));
+        }
+        let tantivy_qps = 1000.0 / (tantivy_lat.values().flatten().sum::<f64>() / nq as f64);
+
+        // Report.
+        let mb = |b: i64| b as f64 / (1 << 20) as f64;
+        report += &format!(
+            "\n### {n} skills ({:.0} MB of text)\n\n| | build | size |\n|---|---|---|\n\
+             | pg_skills bm25 | {bm25_build:.1} s | {:.1} MB |\n| built-in FTS (tsvector table + GIN) | {fts_build:.1} s | {:.1} MB + {:.1} MB |\n\
+             | tantivy in-process (RAM) | {tantivy_build:.1} s | |\n\n\
+             Latency of top-10, one client, ms (p50 / p95 / p99):\n\n| query length | queries | pg_skills bm25 | built-in FTS | tantivy | bm25 p50 vs tantivy |\n|---|---|---|---|---|---|\n",
+            mb(text_bytes),
+            mb(bm25_size),
+            mb(tsv_size),
+            mb(gin_size)
+        );
+        for b in ["1-3 terms", "4-6 terms", "7+ terms"] {
+            let (Some(bl), Some(fl), Some(tl)) =
+                (bm25_lat.get(b), fts_lat.get(b), tantivy_lat.get(b))
+            else {
+                continue;
+            };
+            let (b50, b95, b99) = latencies_ms(bl.clone());
+            let (f50, f95, f99) = latencies_ms(fl.clone());
+            let (t50, t95, t99) = latencies_ms(tl.clone());
+            report += &format!(
+                "| {b} | {} | {b50:.2} / {b95:.2} / {b99:.2} | {f50:.2} / {f95:.2} / {f99:.2} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n",
+                bl.len(),
+                b50 / t50
+            );
+        }
+        let all =
+            |m: &HashMap<&str, Vec<f64>>| latencies_ms(m.values().flatten().copied().collect());
+        let ((b50, b95, b99), (f50, f95, f99), (t50, t95, t99)) =
+            (all(&bm25_lat), all(&fts_lat), all(&tantivy_lat));
+        report += &format!(
+            "| all | {nq} | {b50:.2} / {b95:.2} / {b99:.2} | {f50:.2} / {f95:.2} / {f99:.2} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n\n\
+             QPS (pgbench -M prepared, {} s per run; tantivy: one thread, sequential):\n\n| clients | pg_skills bm25 | built-in FTS | bm25 / FTS |\n|---|---|---|---|\n",
+            b50 / t50,
+            args.pgbench_seconds
+        );
+        for (c, b, f) in &qps {
+            report += &format!("| {c} | {b:.1} | {f:.2} | {:.0}× |\n", b / f);
+        }
+        report += &format!("| tantivy, 1 thread | {tantivy_qps:.0} | | |\n");
+        eprintln!("{report}");
+        drop(db);
+        admin.batch_execute("DROP DATABASE pgs_bm25_bench").unwrap();
+    }
+    println!("{report}");
+}
+
+fn tantivy_run(
+    docs: &[Doc],
+    queries: &[String],
+    query_terms: &[usize],
+) -> (f64, HashMap<&'static str, Vec<f64>>) {
+    use tantivy::collector::TopDocs;
+    use tantivy::query::QueryParser;
+    use tantivy::schema::{IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
+    use tantivy::{doc, Index};
+
+    let analyzer = Analyzer::new(AnalyzerConfig::default());
+    let mut schema = Schema::builder();
+    let indexing = TextFieldIndexing::default()
+        .set_tokenizer("pgs")
+        .set_index_option(IndexRecordOption::WithFreqs);
+    let text = schema.add_text_field(
+        "text",
+        TextOptions::default().set_indexing_options(indexing),
+    );
+    let index = Index::create_in_ram(schema.build());
+    index.tokenizers().register("pgs", analyzer.text_analyzer());
+    let t = Instant::now();
+    let mut writer = index.writer_with_num_threads(1, 512 << 20).unwrap();
+    for d in docs {
+        writer
+            .add_document(
+                doc!(text => format!("{}\n{}\n{}", d.name, d.description, d.instructions)),
+            )
+            .unwrap();
+    }
+    writer.commit().unwrap();
+    let build = t.elapsed().as_secs_f64();
+    let reader = index.reader().unwrap();
+    let searcher = reader.searcher();
+    let parser = QueryParser::for_index(&index, vec![text]);
+    let mut lat: HashMap<&'static str, Vec<f64>> = HashMap::new();
+    for (i, q) in queries.iter().enumerate() {
+        let t = Instant::now();
+        let (query, _) = parser.parse_query_lenient(q);
+        let _hits = searcher
+            .search(&query, &TopDocs::with_limit(10).order_by_score())
+            .unwrap();
+        lat.entry(bucket(query_terms[i]))
+            .or_default()
+            .push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    (build, lat)
+}
