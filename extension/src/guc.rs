@@ -12,7 +12,20 @@ pub static BM25_B: GucSetting<f64> = GucSetting::<f64>::new(0.75);
 /// Whether the BM25 analyzer stems English words.
 pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// Rows a bm25 index scan computes in its first batch (later batches grow 4×).
+pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(40);
+
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"pg_skills.bm25_scan_batch",
+        c"Rows a bm25 index scan ranks in its first batch.",
+        c"Set it to about the LIMIT of your queries: a scan needing more rows ranks 4 times as many again.",
+        &BM25_SCAN_BATCH,
+        1,
+        100_000,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"pg_skills.max_document_size",
         c"Largest skill document accepted (name + description + instructions).",

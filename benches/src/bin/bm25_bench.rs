@@ -289,7 +289,8 @@ fn main() {
             w.finish().unwrap();
         }
         eprintln!("loaded in {:.1} s", t.elapsed().as_secs_f64());
-        db.batch_execute("VACUUM ANALYZE skills.skill; SET maintenance_work_mem = '1GB'")
+        db.batch_execute("VACUUM ANALYZE skills.skill").unwrap();
+        db.batch_execute("SET maintenance_work_mem = '1GB'")
             .unwrap();
         let text_bytes: i64 = db
             .query_one("SELECT sum(octet_length(name) + octet_length(description) + octet_length(instructions))::bigint FROM skills.skill", &[])
@@ -346,7 +347,7 @@ fn main() {
             )
             .unwrap();
         let fts_stmt = db
-            .prepare("SELECT id FROM fts WHERE tsv @@ $1::tsquery ORDER BY ts_rank_cd(tsv, $1::tsquery) DESC LIMIT 10")
+            .prepare("SELECT id FROM fts WHERE tsv @@ $1::text::tsquery ORDER BY ts_rank_cd(tsv, $1::text::tsquery) DESC LIMIT 10")
             .unwrap();
         let tsqs: Vec<String> = db
             .query("SELECT tsq::text FROM bench_queries ORDER BY id", &[])

@@ -28,6 +28,49 @@ struct Prepared {
 
 thread_local! {
     static PREPARED: RefCell<Option<Prepared>> = const { RefCell::new(None) };
+    static SCORE_HINTS: RefCell<Option<ScoreHints>> = const { RefCell::new(None) };
+}
+
+/// Scores an index scan just computed, by document fingerprint. The executor evaluates the
+/// ORDER BY expression (`doc <&> query`) for every row an ordered index scan returns; with these
+/// hints that evaluation is a hash of the document instead of a new analysis of it. Valid only
+/// for the statement and command that computed them.
+struct ScoreHints {
+    key: (u32, String, i64, u32),
+    scores: std::collections::HashMap<u64, f64>,
+}
+
+fn statement_key(index_oid: pg_sys::Oid, query: String) -> (u32, String, i64, u32) {
+    unsafe {
+        (
+            index_oid.to_u32(),
+            query,
+            pg_sys::GetCurrentStatementStartTimestamp(),
+            pg_sys::GetCurrentCommandId(false),
+        )
+    }
+}
+
+/// Called by the scan with every batch it returns.
+pub fn remember_scores(
+    index_oid: pg_sys::Oid,
+    query: &str,
+    hits: &[pg_skills_kernels::bm25index::SearchHit],
+) {
+    let key = statement_key(index_oid, query.to_owned());
+    SCORE_HINTS.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|h| h.key != key) {
+            *slot = Some(ScoreHints {
+                key,
+                scores: Default::default(),
+            });
+        }
+        let hints = slot.as_mut().expect("just set");
+        hints
+            .scores
+            .extend(hits.iter().map(|h| (h.fingerprint, h.score)));
+    });
 }
 
 fn prepare_query(index_oid: pg_sys::Oid, query: &str) -> Prepared {
@@ -71,15 +114,19 @@ fn prepare_query(index_oid: pg_sys::Oid, query: &str) -> Prepared {
 fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25query")) -> f64 {
     let datum = query.into_datum().expect("a composite is a datum");
     let (index_oid, text) = unsafe { decode_query(datum) };
-    let key = unsafe {
-        (
-            index_oid.to_u32(),
-            text,
-            pg_sys::GetCurrentStatementStartTimestamp(),
-            pg_sys::GetCurrentCommandId(false),
-        )
-    };
+    let key = statement_key(index_oid, text);
     let fields = document_fields(doc);
+    let hinted = SCORE_HINTS.with(|cell| {
+        let slot = cell.borrow();
+        let hints = slot.as_ref().filter(|h| h.key == key)?;
+        let fp = pg_skills_kernels::bm25index::document::fingerprint([
+            &fields[0], &fields[1], &fields[2],
+        ]);
+        hints.scores.get(&fp).copied()
+    });
+    if let Some(score) = hinted {
+        return -score;
+    }
     PREPARED.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|p| p.key != key) {

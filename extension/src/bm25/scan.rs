@@ -1,6 +1,6 @@
 //! Index scans for `ORDER BY doc <&> query`: best documents first, in batches.
 //!
-//! The first batch is the top 100 by block-max MaxScore; when the executor wants more (a LIMIT
+//! The first batch is the top `pg_skills.bm25_scan_batch` (40) by block-max MaxScore; when the executor wants more (a LIMIT
 //! past it, or rows filtered out), the next batch is the top 4× as many, skipping what was already
 //! returned. When the matches run out, every other live document follows with score 0, so the
 //! index returns exactly the rows a sequential scan would, in the same order up to ties.
@@ -12,16 +12,26 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 
-use pg_skills_kernels::bm25index::{all_documents, prepare, query_terms, Tid};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use pg_skills_kernels::bm25index::{all_documents, prepare, query_terms, DocTableCache, Tid};
 
 use super::storage::{BufferStore, Mode};
 use super::{checked_meta, with_analyzer, IndexLocks, READERS_LOCK};
 use crate::errors::raise;
 
-const FIRST_BATCH: usize = 100;
+thread_local! {
+    /// Document tables per index file (relfilenode): REINDEX and TRUNCATE get a new file, so a
+    /// new index never meets an old index's tables; within one file the metapage generation
+    /// decides validity.
+    static DOC_TABLES: RefCell<HashMap<u32, DocTableCache>> = RefCell::new(HashMap::new());
+}
 
 #[derive(Default)]
 struct ScanState {
+    index_oid: u32,
+    query: String,
     terms: Vec<String>,
     ready: bool,
     batch: VecDeque<Tid>,
@@ -103,6 +113,8 @@ pub unsafe extern "C-unwind" fn amrescan(
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
     state.terms = with_analyzer(&meta.options, |a| query_terms(a, &query));
+    state.index_oid = named.to_u32();
+    state.query = query;
     state.matches_done = state.terms.is_empty();
     state.ready = true;
 }
@@ -111,14 +123,21 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     let store = BufferStore::new(index, Mode::Logged);
     let locks = IndexLocks(index);
     if !state.matches_done {
+        let first = crate::guc::BM25_SCAN_BATCH.get().max(1) as usize;
         let want = if state.asked == 0 {
-            FIRST_BATCH
+            first
         } else {
             state.asked.saturating_mul(4)
         };
+        let file = (*index).rd_node.relNode.to_u32();
         locks.lock(READERS_LOCK, pg_sys::ShareLock);
-        let hits = prepare(&store, &state.terms).top_k(want);
+        let hits = DOC_TABLES.with(|cell| {
+            let mut caches = cell.borrow_mut();
+            let cache = caches.entry(file).or_default();
+            prepare(&store, &state.terms).top_k_cached(want, cache)
+        });
         locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        super::operator::remember_scores(pg_sys::Oid::from(state.index_oid), &state.query, &hits);
         state.matches_done = hits.len() < want;
         state.asked = want;
         for hit in hits {

@@ -17,7 +17,7 @@ use crate::page::{BlockNumber, PageRead, PageWrite, NO_BLOCK};
 
 const RECORD_DELETED: u8 = 1;
 const RECORD_CONTINUATION: u8 = 2;
-const RECORD_HEADER: usize = Tid::SIZE + 1 + 1 + 2 + 12;
+const RECORD_HEADER: usize = Tid::SIZE + 1 + 1 + 2 + 12 + 8;
 const TERM_FIXED: usize = 1 + 12;
 
 /// One record part as read from a page.
@@ -26,6 +26,8 @@ pub struct RecordView<'a> {
     pub deleted: bool,
     pub continuation: bool,
     pub lengths: FieldCounts,
+    /// The document's fingerprint (first part; 0 in continuations).
+    pub fingerprint: u64,
     pub terms: Vec<(&'a [u8], FieldCounts)>,
 }
 
@@ -56,6 +58,7 @@ pub fn encode_parts(tid: Tid, doc: &AnalyzedDoc, page_size: usize) -> Vec<Vec<u8
         for l in if first { doc.lengths } else { [0; 3] } {
             w.u32(l);
         }
+        w.u64(if first { doc.fingerprint } else { 0 });
         for (term, counts) in chosen {
             w.u8(term.len() as u8);
             w.bytes(term);
@@ -76,6 +79,7 @@ fn read_record<'a>(r: &mut ByteReader<'a>) -> RecordView<'a> {
     let _pad = r.u8();
     let nterms = r.u16();
     let lengths = [r.u32(), r.u32(), r.u32()];
+    let fingerprint = r.u64();
     let terms = (0..nterms)
         .map(|_| {
             let len = r.u8() as usize;
@@ -88,6 +92,7 @@ fn read_record<'a>(r: &mut ByteReader<'a>) -> RecordView<'a> {
         deleted: flags & RECORD_DELETED != 0,
         continuation: flags & RECORD_CONTINUATION != 0,
         lengths,
+        fingerprint,
         terms,
     }
 }
@@ -190,6 +195,7 @@ pub fn live_documents<S: PageRead>(store: &S, head: BlockNumber) -> Vec<(Tid, An
             return;
         }
         let doc = docs.entry(rec.tid).or_default();
+        doc.fingerprint |= rec.fingerprint;
         for f in 0..3 {
             doc.lengths[f] += rec.lengths[f];
         }

@@ -14,7 +14,7 @@ use super::dictionary::TermIter;
 use super::document::FieldCounts;
 use super::format::{Meta, PageHeader, PageKind, SegmentDesc, Tid, MAX_SEGMENTS, META_BLOCK};
 use super::segment::{
-    doc_entries, set_tombstones, SegmentBuilder, SegmentReader, SegmentWriter, END,
+    doc_entries, set_tombstones, DocRow, SegmentBuilder, SegmentReader, SegmentWriter, END,
 };
 use crate::page::{BlockNumber, PageWrite, NO_BLOCK};
 
@@ -95,7 +95,11 @@ pub fn merge_segments<S: PageWrite>(store: &S, which: &[usize], ex: &dyn Exclusi
         r.for_each_doc(|id, e| {
             if !e.deleted {
                 map[id as usize] = docs.len() as u32;
-                docs.push((e.tid, e.length));
+                docs.push(DocRow {
+                    tid: e.tid,
+                    length: e.length,
+                    fingerprint: e.fingerprint,
+                });
             }
         });
         remap.push(map);
@@ -290,6 +294,11 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
         if head != NO_BLOCK {
             counts.removed += append::mark_dead(store, head, is_dead);
         }
+    }
+    if counts.removed > 0 {
+        // Readers that keep document tables in memory must see the new tombstones before the
+        // heap reuses the dead tuples' TIDs (which happens after this returns).
+        write_meta(store, |m| m.generation += 1);
     }
     let meta = read_meta(store);
     for head in [meta.frozen_head, meta.append_head] {

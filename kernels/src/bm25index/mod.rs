@@ -24,7 +24,7 @@ pub mod segment;
 pub use document::{analyze, query_terms, AnalyzedDoc, QueryStats, Scorer};
 pub use format::{IndexOptions, Meta, MetaError, Tid, FORMAT_VERSION};
 pub use maintenance::{Exclusion, NoReaders};
-pub use search::{all_documents, prepare, SearchHit};
+pub use search::{all_documents, prepare, DocTableCache, SearchHit};
 
 use crate::page::PageRead;
 use crate::text::Analyzer;

@@ -11,19 +11,75 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 
 use super::append::{for_each_record, read_meta};
 use super::dictionary::TermInfo;
 use super::document::{stored_length, FieldCounts, QueryStats, Scorer};
 use super::format::{Meta, Tid};
 use super::segment::{PostingCursor, SegmentReader, END};
-use crate::page::{PageRead, NO_BLOCK};
+use crate::page::{BlockNumber, PageRead, NO_BLOCK};
+
+/// A segment's document table in memory — what scoring reads for every candidate — so a query
+/// does not read a document page per candidate. Deleted documents have a NaN length.
+pub struct DocTable {
+    pub tids: Vec<Tid>,
+    pub lengths: Vec<f32>,
+    pub fingerprints: Vec<u64>,
+}
+
+impl DocTable {
+    fn load<S: PageRead>(reader: &SegmentReader<'_, S>) -> DocTable {
+        let n = reader.desc.num_docs as usize;
+        let mut table = DocTable {
+            tids: Vec::with_capacity(n),
+            lengths: Vec::with_capacity(n),
+            fingerprints: Vec::with_capacity(n),
+        };
+        reader.for_each_doc(|_, e| {
+            table.tids.push(e.tid);
+            table
+                .lengths
+                .push(if e.deleted { f32::NAN } else { e.length });
+            table.fingerprints.push(e.fingerprint);
+        });
+        table
+    }
+}
+
+/// Document tables of one index, valid for one metapage generation (every structural change
+/// and every VACUUM that sets tombstones bumps it). A cache of page contents, never a source of
+/// truth: a different generation empties it.
+#[derive(Default)]
+pub struct DocTableCache {
+    generation: Option<u64>,
+    tables: HashMap<BlockNumber, Arc<DocTable>>,
+}
+
+impl DocTableCache {
+    fn table<S: PageRead>(
+        &mut self,
+        generation: u64,
+        reader: &SegmentReader<'_, S>,
+    ) -> Arc<DocTable> {
+        if self.generation != Some(generation) {
+            self.tables.clear();
+            self.generation = Some(generation);
+        }
+        self.tables
+            .entry(reader.desc.directory_head)
+            .or_insert_with(|| Arc::new(DocTable::load(reader)))
+            .clone()
+    }
+}
 
 /// One result: a heap TID and its BM25 score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SearchHit {
     pub tid: Tid,
     pub score: f64,
+    /// The document's fingerprint (see [`super::document::fingerprint`]).
+    pub fingerprint: u64,
 }
 
 /// Best first: score descending, then TID ascending.
@@ -83,6 +139,7 @@ impl TopK {
 /// A live document of the append area that contains at least one query term.
 struct AppendMatch {
     tid: Tid,
+    fingerprint: u64,
     length: f32,
     counts: Vec<Option<FieldCounts>>,
 }
@@ -124,7 +181,7 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
         .enumerate()
         .map(|(i, t)| (t.as_bytes(), i))
         .collect();
-    let mut docs: HashMap<Tid, ([u32; 3], Vec<Option<FieldCounts>>)> = HashMap::new();
+    let mut docs: HashMap<Tid, ([u32; 3], Vec<Option<FieldCounts>>, u64)> = HashMap::new();
     for head in [meta.frozen_head, meta.append_head] {
         if head == NO_BLOCK {
             continue;
@@ -135,7 +192,8 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
             }
             let entry = docs
                 .entry(rec.tid)
-                .or_insert_with(|| ([0; 3], vec![None; terms.len()]));
+                .or_insert_with(|| ([0; 3], vec![None; terms.len()], 0));
+            entry.2 |= rec.fingerprint;
             for f in 0..3 {
                 entry.0[f] += rec.lengths[f];
             }
@@ -147,7 +205,7 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
         });
     }
     let mut append = Vec::new();
-    for (tid, (lengths, counts)) in docs {
+    for (tid, (lengths, counts, fingerprint)) in docs {
         let length = stored_length(&weights, &lengths);
         stats.num_docs += 1;
         stats.total_length += length as f64;
@@ -157,6 +215,7 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
         if counts.iter().any(Option::is_some) {
             append.push(AppendMatch {
                 tid,
+                fingerprint,
                 length,
                 counts,
             });
@@ -175,17 +234,30 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
 impl<S: PageRead> PreparedQuery<'_, S> {
     /// The `k` best documents, best first.
     pub fn top_k(&self, k: usize) -> Vec<SearchHit> {
+        self.top_k_cached(k, &mut DocTableCache::default())
+    }
+
+    /// [`Self::top_k`] with document tables kept across queries in `cache`.
+    pub fn top_k_cached(&self, k: usize, cache: &mut DocTableCache) -> Vec<SearchHit> {
         let mut top = TopK {
             k,
             heap: BinaryHeap::with_capacity(k.min(1 << 16) + 1),
         };
         for m in &self.append {
             if let Some(score) = self.scorer.score(&m.counts, m.length) {
-                top.offer(SearchHit { tid: m.tid, score });
+                top.offer(SearchHit {
+                    tid: m.tid,
+                    score,
+                    fingerprint: m.fingerprint,
+                });
             }
         }
         for (reader, infos) in &self.segments {
-            self.search_segment(reader, infos, &mut top);
+            if infos.iter().all(Option::is_none) {
+                continue;
+            }
+            let docs = cache.table(self.meta.generation, reader);
+            self.search_segment(reader, &docs, infos, &mut top);
         }
         let mut hits: Vec<SearchHit> = top.heap.into_iter().map(|w| w.0).collect();
         hits.sort_by(hit_order);
@@ -195,6 +267,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
     fn search_segment(
         &self,
         reader: &SegmentReader<'_, S>,
+        docs: &DocTable,
         infos: &[Option<TermInfo>],
         top: &mut TopK,
     ) {
@@ -276,15 +349,15 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 continue;
             }
 
-            let entry = reader.doc(d);
-            if !entry.deleted {
+            let length = docs.lengths[d as usize];
+            if !length.is_nan() {
                 // Contributions are summed in query-term order at the end, exactly as the
                 // sequential operator sums them, so equal scores stay bit-for-bit equal.
                 contributions.iter_mut().for_each(|c| *c = 0.0);
                 let mut partial = 0.0;
                 for t in terms[essential..].iter() {
                     if t.cursor.doc() == d {
-                        let c = scorer.term(t.index, &t.cursor.counts(), entry.length);
+                        let c = scorer.term(t.index, &t.cursor.counts(), length);
                         contributions[t.index] = c;
                         partial += c;
                     }
@@ -298,7 +371,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                     let t = &mut terms[i];
                     t.cursor.advance(d);
                     if t.cursor.doc() == d {
-                        let c = scorer.term(t.index, &t.cursor.counts(), entry.length);
+                        let c = scorer.term(t.index, &t.cursor.counts(), length);
                         contributions[t.index] = c;
                         partial += c;
                     }
@@ -306,7 +379,8 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 if complete {
                     let score = contributions.iter().sum();
                     top.offer(SearchHit {
-                        tid: entry.tid,
+                        tid: docs.tids[d as usize],
+                        fingerprint: docs.fingerprints[d as usize],
                         score,
                     });
                 }

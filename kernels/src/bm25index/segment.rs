@@ -16,7 +16,7 @@ use super::format::{
 };
 use crate::page::{BlockNumber, PageRead, PageWrite, NO_BLOCK};
 
-const DOC_ENTRY_SIZE: usize = Tid::SIZE + 2 + 4;
+const DOC_ENTRY_SIZE: usize = Tid::SIZE + 2 + 4 + 8;
 const DOC_DELETED: u16 = 1;
 
 /// One row of a segment's document table.
@@ -25,6 +25,15 @@ pub struct DocEntry {
     pub tid: Tid,
     pub length: f32,
     pub deleted: bool,
+    pub fingerprint: u64,
+}
+
+/// A document as a segment writer takes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DocRow {
+    pub tid: Tid,
+    pub length: f32,
+    pub fingerprint: u64,
 }
 
 fn docs_per_page(page_size: usize) -> usize {
@@ -121,16 +130,16 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
 pub struct SegmentWriter<'s, S: PageWrite + 's> {
     store: &'s S,
     weights: [f64; 3],
-    docs: Vec<(Tid, f32)>,
+    docs: Vec<DocRow>,
     lengths: Vec<f32>,
     postings: PostingsWriter<'s, S>,
     dictionary: Vec<(Vec<u8>, TermInfo)>,
 }
 
 impl<'s, S: PageWrite> SegmentWriter<'s, S> {
-    /// `docs[i]` is document `i`: its heap TID and stored length.
-    pub fn new(store: &'s S, weights: [f64; 3], docs: Vec<(Tid, f32)>) -> Self {
-        let lengths = docs.iter().map(|d| d.1).collect();
+    /// `docs[i]` is document `i`.
+    pub fn new(store: &'s S, weights: [f64; 3], docs: Vec<DocRow>) -> Self {
+        let lengths = docs.iter().map(|d| d.length).collect();
         SegmentWriter {
             store,
             weights,
@@ -171,10 +180,11 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
             let (blkno, mut guard) = store.allocate();
             let mut header = PageHeader::new(PageKind::Documents);
             let mut w = ByteWriter::new(&mut guard, HEADER_SIZE);
-            for (tid, length) in chunk {
-                tid.write(&mut w);
+            for d in chunk {
+                d.tid.write(&mut w);
                 w.u16(0);
-                w.f32(*length);
+                w.f32(d.length);
+                w.u64(d.fingerprint);
             }
             header.used = w.pos as u16;
             header.count = chunk.len() as u16;
@@ -210,7 +220,7 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
             directory_head: directory.first().copied().unwrap_or(NO_BLOCK),
             num_docs: docs.len() as u32,
             num_terms: dictionary.len() as u32,
-            total_length: docs.iter().map(|d| d.1 as f64).sum(),
+            total_length: docs.iter().map(|d| d.length as f64).sum(),
             has_tombstones: false,
             num_pages: postings_pages + dict_pages + (doc_pages.len() + directory.len()) as u32,
         }
@@ -220,7 +230,7 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
 /// An in-memory inverted index of analyzed documents, written out as one segment.
 pub struct SegmentBuilder {
     weights: [f64; 3],
-    docs: Vec<(Tid, f32)>,
+    docs: Vec<DocRow>,
     terms: HashMap<String, (Vec<u32>, Vec<FieldCounts>)>,
     memory: usize,
 }
@@ -237,8 +247,11 @@ impl SegmentBuilder {
 
     pub fn add(&mut self, tid: Tid, doc: &AnalyzedDoc) {
         let id = self.docs.len() as u32;
-        self.docs
-            .push((tid, stored_length(&self.weights, &doc.lengths)));
+        self.docs.push(DocRow {
+            tid,
+            length: stored_length(&self.weights, &doc.lengths),
+            fingerprint: doc.fingerprint,
+        });
         self.memory += 16;
         for (term, counts) in &doc.terms {
             let entry = match self.terms.get_mut(term.as_str()) {
@@ -383,10 +396,12 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
 fn read_doc_entry(r: &mut ByteReader) -> DocEntry {
     let tid = Tid::read(r);
     let flags = r.u16();
+    let length = r.f32();
     DocEntry {
         tid,
         deleted: flags & DOC_DELETED != 0,
-        length: r.f32(),
+        length,
+        fingerprint: r.u64(),
     }
 }
 

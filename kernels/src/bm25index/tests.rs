@@ -490,3 +490,26 @@ fn all_documents_lists_live_tids_once() {
 fn read_meta_segments(store: &MemoryStore) -> usize {
     append::read_meta(store).segments.len()
 }
+
+#[test]
+fn cached_document_tables_see_new_tombstones() {
+    let mut h = Harness::new(11, 8168);
+    h.build(300, 1 << 20);
+    let mut cache = DocTableCache::default();
+    let query = "rust test docker python";
+    let terms = query_terms(&mut h.analyzer, query);
+    let before = prepare(&h.store, &terms).top_k_cached(50, &mut cache);
+    assert!(!before.is_empty());
+    // Delete every document the query found; the cache must not bring them back.
+    let dead: Vec<i64> = before.iter().map(|hit| id_of(hit.tid)).collect();
+    let mut sorted = dead.clone();
+    sorted.sort();
+    bulk_delete(&h.store, &mut |tid| {
+        sorted.binary_search(&id_of(tid)).is_ok()
+    });
+    let after = prepare(&h.store, &terms).top_k_cached(50, &mut cache);
+    assert!(
+        after.iter().all(|hit| !dead.contains(&id_of(hit.tid))),
+        "{after:?}"
+    );
+}
