@@ -78,6 +78,34 @@ pub fn is_bm25_index(index: pg_sys::Relation) -> bool {
     }
 }
 
+/// Opens `oid` (AccessShareLock) as a bm25 index, or raises a clear ERROR. Close it with
+/// `relation_close(rel, AccessShareLock)`.
+pub fn open_bm25_index(oid: pg_sys::Oid) -> pg_sys::Relation {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let hint = Some("Build queries with skills.bm25query(query, index) naming a bm25 index.");
+    unsafe {
+        let rel = pg_sys::try_relation_open(oid, lock);
+        if rel.is_null() {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("relation {} does not exist", oid.to_u32()),
+                hint,
+            );
+        }
+        let is_index = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as std::ffi::c_char;
+        if !is_index || !is_bm25_index(rel) {
+            let name = relation_name(rel);
+            pg_sys::relation_close(rel, lock);
+            raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is not a bm25 index"),
+                hint,
+            );
+        }
+        rel
+    }
+}
+
 /// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
 pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
     match Meta::read(&store.read(META_BLOCK)) {

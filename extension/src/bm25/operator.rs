@@ -8,16 +8,12 @@ use std::cell::RefCell;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::bm25index::{prepare, query_terms, IndexOptions, Scorer};
 
 use super::scan::decode_query;
 use super::storage::{BufferStore, Mode};
-use super::{
-    checked_meta, document_fields, is_bm25_index, with_analyzer, IndexLocks, READERS_LOCK,
-};
-use crate::errors::raise;
+use super::{checked_meta, document_fields, with_analyzer, IndexLocks, READERS_LOCK};
 
 struct Prepared {
     key: (u32, String, i64, u32),
@@ -75,20 +71,7 @@ pub fn remember_scores(
 
 fn prepare_query(index_oid: pg_sys::Oid, query: &str) -> Prepared {
     unsafe {
-        let rel = pg_sys::try_relation_open(index_oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        if rel.is_null()
-            || (*(*rel).rd_rel).relkind != pg_sys::RELKIND_INDEX as std::ffi::c_char
-            || !is_bm25_index(rel)
-        {
-            if !rel.is_null() {
-                pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            }
-            raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                format!("relation {} is not a bm25 index", index_oid.to_u32()),
-                Some("Build queries with skills.bm25query(query, index) naming a bm25 index."),
-            );
-        }
+        let rel = super::open_bm25_index(index_oid);
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, query));

@@ -2,14 +2,12 @@
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::bm25index::append::{chain_pages, live_documents};
 use pg_skills_kernels::page::NO_BLOCK;
 
 use super::storage::{BufferStore, Mode};
-use super::{checked_meta, is_bm25_index, IndexLocks, READERS_LOCK};
-use crate::errors::raise;
+use super::{checked_meta, IndexLocks, READERS_LOCK};
 
 /// Segments, documents and pages of a bm25 index.
 #[pg_extern(stable)]
@@ -29,17 +27,7 @@ fn bm25_index_stats(
     ),
 > {
     unsafe {
-        let rel = pg_sys::try_relation_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        if rel.is_null() || !is_bm25_index(rel) {
-            if !rel.is_null() {
-                pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            }
-            raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                format!("relation {} is not a bm25 index", index.to_u32()),
-                None,
-            );
-        }
+        let rel = super::open_bm25_index(index);
         let store = BufferStore::new(rel, Mode::Logged);
         let locks = IndexLocks(rel);
         locks.lock(READERS_LOCK, pg_sys::ShareLock);
