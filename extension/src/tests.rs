@@ -425,21 +425,18 @@ mod tests {
         "timeout",
     ];
 
-    /// A deterministic pseudo-random stream (SplitMix64).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
+    use pg_skills_kernels::rng::SplitMix64 as Rng;
+
+    trait Words {
+        fn words(&mut self, min: u64, max: u64) -> String;
+    }
+
+    impl Words for Rng {
         fn words(&mut self, min: u64, max: u64) -> String {
-            let n = min + self.next() % (max - min + 1);
+            let n = min + self.next_u64() % (max - min + 1);
             (0..n)
                 .map(|_| {
-                    let i = (self.next() % (WORDS.len() as u64 * 2)) as usize;
+                    let i = (self.next_u64() % (WORDS.len() as u64 * 2)) as usize;
                     if i < WORDS.len() {
                         WORDS[i].to_string()
                     } else {

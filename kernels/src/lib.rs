@@ -14,5 +14,6 @@
 pub mod bm25;
 pub mod bm25index;
 pub mod page;
+pub mod rng;
 pub mod text;
 pub mod vector;

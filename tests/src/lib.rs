@@ -225,23 +225,15 @@ fn append(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
-/// A deterministic pseudo-random stream (SplitMix64) for reproducible workloads.
-pub struct Rng(pub u64);
+pub use pg_skills_kernels::rng::SplitMix64 as Rng;
 
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+/// Random skill text over a small vocabulary with a long tail.
+pub trait Words {
+    fn words(&mut self, min: u64, max: u64) -> String;
+}
 
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    pub fn words(&mut self, min: u64, max: u64) -> String {
+impl Words for Rng {
+    fn words(&mut self, min: u64, max: u64) -> String {
         const WORDS: &[&str] = &[
             "rust",
             "test",

@@ -43,20 +43,7 @@ struct Args {
     pg_config: String,
 }
 
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use pg_skills_kernels::rng::SplitMix64 as Rng;
 
 struct Doc {
     name: String,
@@ -114,7 +101,7 @@ impl Vocabulary {
     }
 
     fn sample(&self, rng: &mut Rng) -> &str {
-        let x = rng.next() % self.cumulative.last().unwrap();
+        let x = rng.next_u64() % self.cumulative.last().unwrap();
         &self.words[self.cumulative.partition_point(|&c| c <= x)]
     }
 }

@@ -13,24 +13,16 @@ use crate::bm25::{Bm25Params, FieldWeights, ReferenceScorer};
 use crate::page::MemoryStore;
 use crate::text::AnalyzerConfig;
 
-/// SplitMix64: a deterministic test stream.
-struct Rng(u64);
+use crate::rng::SplitMix64 as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+trait Skewed {
     /// Zipf-like: small indexes far more often.
+    fn skewed(&mut self, n: u64) -> u64;
+}
+
+impl Skewed for Rng {
     fn skewed(&mut self, n: u64) -> u64 {
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((n as f64).powf(u) - 1.0) as u64 % n
+        ((n as f64).powf(self.unit()) - 1.0) as u64 % n
     }
 }
 
