@@ -7,7 +7,8 @@
 //!
 //! Locks (heavyweight page locks on numbers that are not pages of data, as GIN does):
 //! - [`READERS_LOCK`]: a scan holds it shared while it computes a batch; a merge takes it
-//!   exclusively only to publish its result and free the pages it replaced;
+//!   exclusively only to publish its result and free the pages it replaced (on a standby,
+//!   [`reading`] holds the metapage instead: replay takes no heavyweight locks);
 //! - [`MAINTENANCE_LOCK`]: one structural change (merge, VACUUM's tombstones and cleanup) at a
 //!   time. Inserts take neither: they only append.
 
@@ -120,6 +121,28 @@ pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
 
 pub fn relation_name(rel: pg_sys::Relation) -> String {
     unsafe { pgrx::name_data_to_str(&(*(*rel).rd_rel).relname).to_string() }
+}
+
+/// Runs `f`, a read that follows the index's structure (a batch of results, statistics), so that
+/// no page it follows is freed meanwhile. On a primary: the readers lock, which a merge takes
+/// exclusively to publish its result and free what it replaced. On a standby, WAL replay takes no
+/// heavyweight locks; there the metapage is held share-locked instead: replay of a merge switches
+/// the metapage before it frees any page, and that replay waits for this buffer lock.
+pub fn reading<R>(
+    index: pg_sys::Relation,
+    store: &storage::BufferStore,
+    f: impl FnOnce() -> R,
+) -> R {
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        let _meta = store.read(META_BLOCK);
+        f()
+    } else {
+        let locks = IndexLocks(index);
+        locks.lock(READERS_LOCK, pg_sys::ShareLock);
+        let result = f();
+        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        result
+    }
 }
 
 /// Heavyweight locks keyed on this index.

@@ -13,7 +13,7 @@ use pg_skills_kernels::bm25index::{prepare, query_terms, IndexOptions, Scorer};
 
 use super::scan::decode_query;
 use super::storage::{BufferStore, Mode};
-use super::{checked_meta, document_fields, with_analyzer, IndexLocks, READERS_LOCK};
+use super::{checked_meta, document_fields, with_analyzer};
 
 struct Prepared {
     key: (u32, String, i64, u32),
@@ -75,12 +75,7 @@ fn prepare_query(index_oid: pg_sys::Oid, query: &str) -> Prepared {
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
-        let locks = IndexLocks(rel);
-        locks.lock(READERS_LOCK, pg_sys::ShareLock);
-        let prepared = prepare(&store, &terms);
-        let scorer = prepared.scorer.clone();
-        drop(prepared);
-        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        let scorer = super::reading(rel, &store, || prepare(&store, &terms).scorer.clone());
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         Prepared {
             key: (0, String::new(), 0, 0),

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use pg_skills_kernels::bm25index::{all_documents, prepare, query_terms, DocTableCache, Tid};
 
 use super::storage::{BufferStore, Mode};
-use super::{checked_meta, with_analyzer, IndexLocks, READERS_LOCK};
+use super::{checked_meta, reading, with_analyzer};
 use crate::errors::raise;
 
 thread_local! {
@@ -121,7 +121,6 @@ pub unsafe extern "C-unwind" fn amrescan(
 
 unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     let store = BufferStore::new(index, Mode::Logged);
-    let locks = IndexLocks(index);
     if !state.matches_done {
         let first = crate::guc::BM25_SCAN_BATCH.get().max(1) as usize;
         let want = if state.asked == 0 {
@@ -130,13 +129,13 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
             state.asked.saturating_mul(4)
         };
         let file = (*index).rd_node.relNode.to_u32();
-        locks.lock(READERS_LOCK, pg_sys::ShareLock);
-        let hits = DOC_TABLES.with(|cell| {
-            let mut caches = cell.borrow_mut();
-            let cache = caches.entry(file).or_default();
-            prepare(&store, &state.terms).top_k_cached(want, cache)
+        let hits = reading(index, &store, || {
+            DOC_TABLES.with(|cell| {
+                let mut caches = cell.borrow_mut();
+                let cache = caches.entry(file).or_default();
+                prepare(&store, &state.terms).top_k_cached(want, cache)
+            })
         });
-        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
         super::operator::remember_scores(pg_sys::Oid::from(state.index_oid), &state.query, &hits);
         state.matches_done = hits.len() < want;
         state.asked = want;
@@ -147,9 +146,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         }
     }
     if state.batch.is_empty() && state.matches_done && !state.rest_done {
-        locks.lock(READERS_LOCK, pg_sys::ShareLock);
-        let all = all_documents(&store);
-        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+        let all = reading(index, &store, || all_documents(&store));
         state
             .batch
             .extend(all.into_iter().filter(|t| !state.returned.contains(t)));

@@ -6,8 +6,8 @@ use pgrx::prelude::*;
 use pg_skills_kernels::bm25index::append::{chain_pages, live_documents};
 use pg_skills_kernels::page::NO_BLOCK;
 
+use super::checked_meta;
 use super::storage::{BufferStore, Mode};
-use super::{checked_meta, IndexLocks, READERS_LOCK};
 
 /// Segments, documents and pages of a bm25 index.
 #[pg_extern(stable)]
@@ -29,18 +29,18 @@ fn bm25_index_stats(
     unsafe {
         let rel = super::open_bm25_index(index);
         let store = BufferStore::new(rel, Mode::Logged);
-        let locks = IndexLocks(rel);
-        locks.lock(READERS_LOCK, pg_sys::ShareLock);
-        let meta = checked_meta(&store, rel);
-        let mut append_docs = 0;
-        let mut append_pages = 0;
-        for head in [meta.frozen_head, meta.append_head] {
-            if head != NO_BLOCK {
-                append_docs += live_documents(&store, head).len() as i64;
-                append_pages += chain_pages(&store, head).len() as i32;
+        let (meta, append_docs, append_pages) = super::reading(rel, &store, || {
+            let meta = checked_meta(&store, rel);
+            let mut append_docs = 0;
+            let mut append_pages = 0;
+            for head in [meta.frozen_head, meta.append_head] {
+                if head != NO_BLOCK {
+                    append_docs += live_documents(&store, head).len() as i64;
+                    append_pages += chain_pages(&store, head).len() as i32;
+                }
             }
-        }
-        locks.unlock(READERS_LOCK, pg_sys::ShareLock);
+            (meta, append_docs, append_pages)
+        });
         let row = (
             meta.version as i32,
             meta.segments.len() as i32,
