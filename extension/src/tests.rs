@@ -28,22 +28,23 @@ mod tests {
         format!("'{}'", s.replace('\'', "''"))
     }
 
-    fn search(sql_args: &str) -> Vec<(i64, f64)> {
+    /// (id, float) rows of a query whose first two columns are those.
+    fn id_scores(sql: &str) -> Vec<(i64, f64)> {
         Spi::connect(|c| {
-            c.select(
-                &format!("SELECT id, score FROM skills.search({sql_args})"),
-                None,
-                &[],
-            )
-            .unwrap()
-            .map(|r| {
-                (
-                    r.get::<i64>(1).unwrap().unwrap(),
-                    r.get::<f64>(2).unwrap().unwrap(),
-                )
-            })
-            .collect()
+            c.select(sql, None, &[])
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .map(|r| {
+                    (
+                        r.get::<i64>(1).unwrap().unwrap(),
+                        r.get::<f64>(2).unwrap().unwrap(),
+                    )
+                })
+                .collect()
         })
+    }
+
+    fn search(sql_args: &str) -> Vec<(i64, f64)> {
+        id_scores(&format!("SELECT id, score FROM skills.search({sql_args})"))
     }
 
     #[pg_test]
@@ -373,80 +374,7 @@ mod tests {
     // The bm25 index
     // ---------------------------------------------------------------------------------------
 
-    const WORDS: &[&str] = &[
-        "rust",
-        "test",
-        "runner",
-        "python",
-        "debug",
-        "trace",
-        "panic",
-        "refactor",
-        "review",
-        "docker",
-        "deploy",
-        "kubernetes",
-        "helm",
-        "schema",
-        "migration",
-        "query",
-        "index",
-        "vector",
-        "model",
-        "train",
-        "dataset",
-        "pandas",
-        "plot",
-        "markdown",
-        "docs",
-        "lint",
-        "cargo",
-        "build",
-        "error",
-        "stack",
-        "memory",
-        "leak",
-        "profile",
-        "cache",
-        "http",
-        "server",
-        "api",
-        "json",
-        "config",
-        "token",
-        "auth",
-        "browser",
-        "react",
-        "async",
-        "thread",
-        "lock",
-        "queue",
-        "retry",
-        "timeout",
-    ];
-
     use pg_skills_kernels::rng::SplitMix64 as Rng;
-
-    trait Words {
-        fn words(&mut self, min: u64, max: u64) -> String;
-    }
-
-    impl Words for Rng {
-        fn words(&mut self, min: u64, max: u64) -> String {
-            let n = min + self.next_u64() % (max - min + 1);
-            (0..n)
-                .map(|_| {
-                    let i = (self.next_u64() % (WORDS.len() as u64 * 2)) as usize;
-                    if i < WORDS.len() {
-                        WORDS[i].to_string()
-                    } else {
-                        format!("{}{}", WORDS[i % WORDS.len()], i % 7)
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        }
-    }
 
     fn random_skills(rng: &mut Rng, n: usize) {
         for i in 0..n {
@@ -470,17 +398,7 @@ mod tests {
              ORDER BY {DOC} OPERATOR(skills.<&>) skills.bm25query({q}) {limit}",
             q = quote(query)
         );
-        Spi::connect(|c| {
-            c.select(&sql, None, &[])
-                .unwrap()
-                .map(|r| {
-                    (
-                        r.get::<i64>(1).unwrap().unwrap(),
-                        r.get::<f64>(2).unwrap().unwrap(),
-                    )
-                })
-                .collect()
-        })
+        id_scores(&sql)
     }
 
     fn plan(sql: &str) -> String {
@@ -503,24 +421,10 @@ mod tests {
                     break;
                 }
                 let via_index = search(&format!("{}, k => {k}", quote(&query)));
-                let reference: Vec<(i64, f64)> = Spi::connect(|c| {
-                    c.select(
-                        &format!(
-                            "SELECT id, score FROM skills.bm25_scan({}, {k}, NULL)",
-                            quote(&query)
-                        ),
-                        None,
-                        &[],
-                    )
-                    .unwrap()
-                    .map(|r| {
-                        (
-                            r.get::<i64>(1).unwrap().unwrap(),
-                            r.get::<f64>(2).unwrap().unwrap(),
-                        )
-                    })
-                    .collect()
-                });
+                let reference = id_scores(&format!(
+                    "SELECT id, score FROM skills.bm25_scan({}, {k}, NULL)",
+                    quote(&query)
+                ));
                 assert_eq!(
                     via_index.len(),
                     reference.len(),

@@ -24,6 +24,78 @@ impl SplitMix64 {
     }
 }
 
+/// A small coding vocabulary for random skill text in tests.
+const SKILL_WORDS: &[&str] = &[
+    "rust",
+    "test",
+    "runner",
+    "python",
+    "debug",
+    "trace",
+    "panic",
+    "refactor",
+    "review",
+    "docker",
+    "deploy",
+    "kubernetes",
+    "helm",
+    "schema",
+    "migration",
+    "query",
+    "index",
+    "vector",
+    "model",
+    "train",
+    "dataset",
+    "pandas",
+    "plot",
+    "markdown",
+    "docs",
+    "lint",
+    "cargo",
+    "build",
+    "error",
+    "stack",
+    "memory",
+    "leak",
+    "profile",
+    "cache",
+    "http",
+    "server",
+    "api",
+    "json",
+    "config",
+    "token",
+    "auth",
+    "browser",
+    "react",
+    "async",
+    "thread",
+    "lock",
+    "queue",
+    "retry",
+    "timeout",
+];
+
+impl SplitMix64 {
+    /// `min..=max` words of random skill text: the vocabulary above, plus numbered variants of
+    /// it as a long tail of rarer terms.
+    pub fn words(&mut self, min: u64, max: u64) -> String {
+        let n = min + self.below(max - min + 1);
+        (0..n)
+            .map(|_| {
+                let i = self.below(SKILL_WORDS.len() as u64 * 3) as usize;
+                if i < SKILL_WORDS.len() {
+                    SKILL_WORDS[i].to_string()
+                } else {
+                    format!("{}{}", SKILL_WORDS[i % SKILL_WORDS.len()], i % 11)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,9 @@ use pgrx::prelude::*;
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C-unwind" fn amcostestimate(
-    root: *mut pg_sys::PlannerInfo,
+    _root: *mut pg_sys::PlannerInfo,
     path: *mut pg_sys::IndexPath,
-    loop_count: f64,
+    _loop_count: f64,
     startup: *mut pg_sys::Cost,
     total: *mut pg_sys::Cost,
     selectivity: *mut pg_sys::Selectivity,
@@ -35,7 +35,6 @@ pub unsafe extern "C-unwind" fn amcostestimate(
     let cost = pg_sys::random_page_cost * ((index_pages + 1.0).log2() + 1.0)
         + pg_sys::seq_page_cost * index_pages * 0.05
         + pg_sys::cpu_index_tuple_cost * tuples * 0.05;
-    let _ = (root, loop_count);
     *startup = cost;
     *total = cost;
     *selectivity = 1.0;

@@ -15,8 +15,11 @@ use super::scan::decode_query;
 use super::storage::{BufferStore, Mode};
 use super::{checked_meta, document_fields, with_analyzer};
 
+/// (index oid, query text, statement start, command id): what cached query state is valid for.
+type StatementKey = (u32, String, i64, u32);
+
 struct Prepared {
-    key: (u32, String, i64, u32),
+    key: StatementKey,
     options: IndexOptions,
     terms: Vec<String>,
     scorer: Scorer,
@@ -32,11 +35,11 @@ thread_local! {
 /// hints that evaluation is a hash of the document instead of a new analysis of it. Valid only
 /// for the statement and command that computed them.
 struct ScoreHints {
-    key: (u32, String, i64, u32),
+    key: StatementKey,
     scores: std::collections::HashMap<u64, f64>,
 }
 
-fn statement_key(index_oid: pg_sys::Oid, query: String) -> (u32, String, i64, u32) {
+fn statement_key(index_oid: pg_sys::Oid, query: String) -> StatementKey {
     unsafe {
         (
             index_oid.to_u32(),
@@ -69,16 +72,16 @@ pub fn remember_scores(
     });
 }
 
-fn prepare_query(index_oid: pg_sys::Oid, query: &str) -> Prepared {
+fn prepare_query(key: StatementKey) -> Prepared {
     unsafe {
-        let rel = super::open_bm25_index(index_oid);
+        let rel = super::open_bm25_index(pg_sys::Oid::from(key.0));
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
-        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, &key.1));
         let scorer = super::reading(rel, &store, || prepare(&store, &terms).scorer.clone());
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         Prepared {
-            key: (0, String::new(), 0, 0),
+            key,
             options: meta.options,
             terms,
             scorer,
@@ -108,9 +111,7 @@ fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25q
     PREPARED.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|p| p.key != key) {
-            let mut fresh = prepare_query(index_oid, &key.1);
-            fresh.key = key;
-            *slot = Some(fresh);
+            *slot = Some(prepare_query(key));
         }
         let p = slot.as_ref().expect("just prepared");
         let analyzed = with_analyzer(&p.options, |a| {

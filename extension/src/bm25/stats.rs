@@ -3,7 +3,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use pg_skills_kernels::bm25index::append::{chain_pages, live_documents};
+use pg_skills_kernels::bm25index::append::{chain_pages, count_live};
 use pg_skills_kernels::page::NO_BLOCK;
 
 use super::checked_meta;
@@ -35,7 +35,7 @@ fn bm25_index_stats(
             let mut append_pages = 0;
             for head in [meta.frozen_head, meta.append_head] {
                 if head != NO_BLOCK {
-                    append_docs += live_documents(&store, head).len() as i64;
+                    append_docs += count_live(&store, head) as i64;
                     append_pages += chain_pages(&store, head).len() as i32;
                 }
             }

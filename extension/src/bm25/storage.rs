@@ -183,7 +183,6 @@ impl BufferStore {
                 pg_skills_kernels::bm25index::format::corrupt("write to a page that is not in use");
             }
             BufferWrite {
-                store: self,
                 buf,
                 state,
                 data: content(page),
@@ -221,8 +220,8 @@ impl Drop for BufferRead {
     }
 }
 
+/// `'s`: the store's borrow; the page content is valid while the buffer stays locked.
 pub struct BufferWrite<'s> {
-    store: &'s BufferStore,
     buf: pg_sys::Buffer,
     state: *mut pg_sys::GenericXLogState,
     data: &'s mut [u8],
@@ -255,7 +254,6 @@ impl Drop for BufferWrite<'_> {
             }
             pg_sys::UnlockReleaseBuffer(self.buf);
         }
-        let _ = self.store;
     }
 }
 

@@ -224,27 +224,35 @@ pub fn chain_pages<S: PageRead>(store: &S, head: BlockNumber) -> Vec<BlockNumber
     out
 }
 
-/// Marks the records of dead documents deleted; returns the documents newly marked.
+/// Marks the records of dead documents deleted. Returns the documents newly marked and the live
+/// documents left. `is_dead` is asked once per record; a page is written only when it has some.
 pub fn mark_dead<S: PageWrite>(
     store: &S,
     head: BlockNumber,
     is_dead: &mut dyn FnMut(Tid) -> bool,
-) -> u64 {
-    let mut removed = 0;
+) -> (u64, u64) {
+    let (mut removed, mut remaining) = (0, 0);
     let mut blkno = head;
     while blkno != NO_BLOCK {
-        let (candidates, next) = {
+        let (dead, next) = {
             let page = store.read(blkno);
             let header = PageHeader::read(&page, PageKind::Append);
             let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
-            let mut any = false;
+            let mut dead = Vec::new();
             for _ in 0..header.count {
                 let rec = read_record(&mut r);
-                any |= !rec.deleted && is_dead(rec.tid);
+                if rec.deleted {
+                    continue;
+                }
+                if is_dead(rec.tid) {
+                    dead.push(rec.tid);
+                } else {
+                    remaining += u64::from(!rec.continuation);
+                }
             }
-            (any, header.next)
+            (dead, header.next)
         };
-        if candidates {
+        if !dead.is_empty() {
             let mut guard = store.write(blkno);
             let header = PageHeader::read(&guard, PageKind::Append);
             let mut pos = HEADER_SIZE;
@@ -254,9 +262,9 @@ pub fn mark_dead<S: PageWrite>(
                     let rec = read_record(&mut r);
                     (rec.tid, rec.deleted, rec.continuation, r.pos)
                 };
-                if !deleted && is_dead(rec_tid) {
-                    let flags_at = pos + Tid::SIZE;
-                    guard[flags_at] |= RECORD_DELETED;
+                // Records appended since the read are new TIDs, never in `dead`.
+                if !deleted && dead.contains(&rec_tid) {
+                    guard[pos + Tid::SIZE] |= RECORD_DELETED;
                     removed += u64::from(!continuation);
                 }
                 pos = end;
@@ -264,7 +272,16 @@ pub fn mark_dead<S: PageWrite>(
         }
         blkno = next;
     }
-    removed
+    (removed, remaining)
+}
+
+/// Live documents of a chain (documents, not record parts).
+pub fn count_live<S: PageRead>(store: &S, head: BlockNumber) -> u64 {
+    let mut live = 0;
+    for_each_record(store, head, |rec| {
+        live += u64::from(!rec.deleted && !rec.continuation)
+    });
+    live
 }
 
 /// Flags the last page of a chain frozen, starting the walk at `from` (a page of the chain).

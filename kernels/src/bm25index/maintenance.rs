@@ -266,11 +266,13 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
         for &blkno in reader.document_pages() {
             let entries = doc_entries(&store.read(blkno));
             let alive = entries.iter().filter(|e| !e.deleted).count() as u64;
-            let dead = entries
+            // Ask about each TID once; the write below marks exactly these.
+            let dead: Vec<Tid> = entries
                 .iter()
                 .filter(|e| !e.deleted && is_dead(e.tid))
-                .count();
-            if dead == 0 {
+                .map(|e| e.tid)
+                .collect();
+            if dead.is_empty() {
                 live += alive;
                 continue;
             }
@@ -284,7 +286,7 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
                 flagged = true;
             }
             let mut guard = store.write(blkno);
-            let marked = set_tombstones(&mut guard, &mut *is_dead) as u64;
+            let marked = set_tombstones(&mut guard, |tid| dead.contains(&tid)) as u64;
             counts.removed += marked;
             live += alive - marked.min(alive);
         }
@@ -292,19 +294,15 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
     }
     for head in [meta.frozen_head, meta.append_head] {
         if head != NO_BLOCK {
-            counts.removed += append::mark_dead(store, head, is_dead);
+            let (removed, remaining) = append::mark_dead(store, head, is_dead);
+            counts.removed += removed;
+            counts.remaining += remaining;
         }
     }
     if counts.removed > 0 {
         // Readers that keep document tables in memory must see the new tombstones before the
         // heap reuses the dead tuples' TIDs (which happens after this returns).
         write_meta(store, |m| m.generation += 1);
-    }
-    let meta = read_meta(store);
-    for head in [meta.frozen_head, meta.append_head] {
-        if head != NO_BLOCK {
-            counts.remaining += live_documents(store, head).len() as u64;
-        }
     }
     counts
 }

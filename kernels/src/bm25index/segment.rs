@@ -302,7 +302,6 @@ pub struct SegmentReader<'s, S: PageRead> {
     store: &'s S,
     pub desc: SegmentDesc,
     directory: Vec<BlockNumber>,
-    per_page: usize,
 }
 
 impl<'s, S: PageRead> SegmentReader<'s, S> {
@@ -328,29 +327,11 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
             store,
             desc,
             directory,
-            per_page,
         }
     }
 
     pub fn document_pages(&self) -> &[BlockNumber] {
         &self.directory
-    }
-
-    pub fn doc(&self, id: u32) -> DocEntry {
-        if id >= self.desc.num_docs {
-            corrupt(format_args!(
-                "posting names document {id} of a segment of {}",
-                self.desc.num_docs
-            ));
-        }
-        let (page_index, slot) = (id as usize / self.per_page, id as usize % self.per_page);
-        let page = self.store.read(self.directory[page_index]);
-        let header = PageHeader::read(&page, PageKind::Documents);
-        if slot >= header.count as usize {
-            corrupt("document slot past the page's entries");
-        }
-        let mut r = ByteReader::new(&page, HEADER_SIZE + slot * DOC_ENTRY_SIZE);
-        read_doc_entry(&mut r)
     }
 
     /// Every document, in id order.
