@@ -13,7 +13,7 @@ pub static BM25_B: GucSetting<f64> = GucSetting::<f64>::new(0.75);
 pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// Rows a bm25 index scan computes in its first batch (later batches grow 4×).
-pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(40);
+pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 pub fn init() {
     GucRegistry::define_int_guc(

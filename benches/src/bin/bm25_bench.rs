@@ -41,6 +41,16 @@ struct Args {
     /// pg_config of the server (for pgbench).
     #[arg(long, default_value = "/usr/lib/postgresql/15/bin/pg_config")]
     pg_config: String,
+    /// Queries timed for built-in FTS (the first ones of `--queries`): at 1M rows one FTS query
+    /// takes seconds.
+    #[arg(long)]
+    fts_queries: Option<usize>,
+    /// Time only pg_skills (no FTS, no tantivy): for profiling.
+    #[arg(long)]
+    bm25_only: bool,
+    /// Keep the database pgs_bm25_bench after the last size (for profiling by hand).
+    #[arg(long)]
+    keep: bool,
 }
 
 use pg_skills_kernels::rng::SplitMix64 as Rng;
@@ -288,14 +298,14 @@ fn main() {
         db.batch_execute("CREATE INDEX bench_bm25 ON skills.skill USING bm25 ((ARRAY[name, description, instructions]))").unwrap();
         let bm25_build = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        db.batch_execute(
+        db.batch_execute(if args.bm25_only { "" } else {
             "CREATE TABLE fts AS SELECT id, to_tsvector('english', name || ' ' || description || ' ' || instructions) AS tsv FROM skills.skill;
-             CREATE INDEX fts_gin ON fts USING gin (tsv); ANALYZE fts;",
-        )
+             CREATE INDEX fts_gin ON fts USING gin (tsv); ANALYZE fts;"
+        })
         .unwrap();
         let fts_build = t.elapsed().as_secs_f64();
         let sizes = db
-            .query_one("SELECT pg_relation_size('skills.bench_bm25'), pg_relation_size('fts_gin'), pg_relation_size('fts')", &[])
+            .query_one("SELECT pg_relation_size('skills.bench_bm25'), coalesce(pg_relation_size(to_regclass('fts_gin')), 0), coalesce(pg_relation_size(to_regclass('fts')), 0)", &[])
             .unwrap();
         let (bm25_size, gin_size, tsv_size): (i64, i64, i64) =
             (sizes.get(0), sizes.get(1), sizes.get(2));
@@ -333,9 +343,9 @@ fn main() {
                  skills.bm25query($1, 'skills.bench_bm25') LIMIT 10",
             )
             .unwrap();
-        let fts_stmt = db
+        let fts_stmt = (!args.bm25_only).then(|| db
             .prepare("SELECT id FROM fts WHERE tsv @@ $1::text::tsquery ORDER BY ts_rank_cd(tsv, $1::text::tsquery) DESC LIMIT 10")
-            .unwrap();
+            .unwrap());
         let tsqs: Vec<String> = db
             .query("SELECT tsq::text FROM bench_queries ORDER BY id", &[])
             .unwrap()
@@ -351,12 +361,37 @@ fn main() {
                 .entry(bucket(query_terms[i]))
                 .or_default()
                 .push(t.elapsed().as_secs_f64() * 1e3);
+            let Some(fts_stmt) = &fts_stmt else { continue };
+            if args.fts_queries.is_some_and(|cap| i >= cap) {
+                continue;
+            }
             let t = Instant::now();
-            db.query(&fts_stmt, &[&tsqs[i]]).unwrap();
+            db.query(fts_stmt, &[&tsqs[i]]).unwrap();
             fts_lat
                 .entry(bucket(query_terms[i]))
                 .or_default()
                 .push(t.elapsed().as_secs_f64() * 1e3);
+        }
+
+        if args.bm25_only {
+            let mut text = format!(
+                "{n} skills: build {bm25_build:.1} s, {:.1} MB; p50 / p95 / p99 ms:",
+                bm25_size as f64 / (1 << 20) as f64
+            );
+            for b in ["1-3 terms", "4-6 terms", "7+ terms"] {
+                if let Some(l) = bm25_lat.get(b) {
+                    let (p50, p95, p99) = latencies_ms(l.clone());
+                    text += &format!(" {b} ({}) {p50:.2} / {p95:.2} / {p99:.2};", l.len());
+                }
+            }
+            let (p50, p95, p99) = latencies_ms(bm25_lat.values().flatten().copied().collect());
+            println!("{text} all {p50:.2} / {p95:.2} / {p99:.2}");
+            if args.keep {
+                return;
+            }
+            drop(db);
+            admin.batch_execute("DROP DATABASE pgs_bm25_bench").unwrap();
+            continue;
         }
 
         // tantivy in-process, same documents and analyzer (one text field: weights 1).
@@ -407,16 +442,24 @@ fn main() {
             mb(gin_size)
         );
         for b in ["1-3 terms", "4-6 terms", "7+ terms"] {
-            let (Some(bl), Some(fl), Some(tl)) =
-                (bm25_lat.get(b), fts_lat.get(b), tantivy_lat.get(b))
-            else {
+            let (Some(bl), Some(tl)) = (bm25_lat.get(b), tantivy_lat.get(b)) else {
                 continue;
             };
             let (b50, b95, b99) = latencies_ms(bl.clone());
-            let (f50, f95, f99) = latencies_ms(fl.clone());
             let (t50, t95, t99) = latencies_ms(tl.clone());
+            let fts = match fts_lat.get(b) {
+                Some(fl) if fl.len() == bl.len() => {
+                    let (f50, f95, f99) = latencies_ms(fl.clone());
+                    format!("{f50:.2} / {f95:.2} / {f99:.2}")
+                }
+                Some(fl) => {
+                    let (f50, f95, f99) = latencies_ms(fl.clone());
+                    format!("{f50:.2} / {f95:.2} / {f99:.2} ({} queries)", fl.len())
+                }
+                None => "not timed".into(),
+            };
             report += &format!(
-                "| {b} | {} | {b50:.2} / {b95:.2} / {b99:.2} | {f50:.2} / {f95:.2} / {f99:.2} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n",
+                "| {b} | {} | {b50:.2} / {b95:.2} / {b99:.2} | {fts} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n",
                 bl.len(),
                 b50 / t50
             );
@@ -425,8 +468,14 @@ fn main() {
             |m: &HashMap<&str, Vec<f64>>| latencies_ms(m.values().flatten().copied().collect());
         let ((b50, b95, b99), (f50, f95, f99), (t50, t95, t99)) =
             (all(&bm25_lat), all(&fts_lat), all(&tantivy_lat));
+        let fts_timed: usize = fts_lat.values().map(Vec::len).sum();
+        let fts_count = if fts_timed < nq {
+            format!(" ({fts_timed} queries)")
+        } else {
+            String::new()
+        };
         report += &format!(
-            "| all | {nq} | {b50:.2} / {b95:.2} / {b99:.2} | {f50:.2} / {f95:.2} / {f99:.2} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n\n\
+            "| all | {nq} | {b50:.2} / {b95:.2} / {b99:.2} | {f50:.2} / {f95:.2} / {f99:.2}{fts_count} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n\n\
              QPS (pgbench -M prepared, {} s per run; tantivy: one thread, sequential):\n\n| clients | pg_skills bm25 | built-in FTS | bm25 / FTS |\n|---|---|---|---|\n",
             b50 / t50,
             args.pgbench_seconds
@@ -436,6 +485,9 @@ fn main() {
         }
         report += &format!("| tantivy, 1 thread | {tantivy_qps:.0} | | |\n");
         eprintln!("{report}");
+        if args.keep {
+            break;
+        }
         drop(db);
         admin.batch_execute("DROP DATABASE pgs_bm25_bench").unwrap();
     }

@@ -1,6 +1,6 @@
 //! Index scans for `ORDER BY doc <&> query`: best documents first, in batches.
 //!
-//! The first batch is the top `pg_skills.bm25_scan_batch` (40) by block-max MaxScore; when the executor wants more (a LIMIT
+//! The first batch is the top `pg_skills.bm25_scan_batch` (10, the usual LIMIT) by block-max MaxScore; when the executor wants more (a LIMIT
 //! past it, or rows filtered out), the next batch is the top 4× as many, skipping what was already
 //! returned. When the matches run out, every other live document follows with score 0, so the
 //! index returns exactly the rows a sequential scan would, in the same order up to ties.

@@ -276,6 +276,9 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             index: usize,
             bound: f64,
             cursor: PostingCursor<'a, S>,
+            /// The bound of the current block, computed once per block.
+            block_bound: f64,
+            block_bound_of: u32,
         }
         let mut terms: Vec<Term<S>> = infos
             .iter()
@@ -287,6 +290,8 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                     index: i,
                     bound: scorer.bound(i, info.max_tf, info.min_length),
                     cursor: reader.postings(info),
+                    block_bound: 0.0,
+                    block_bound_of: 0,
                 })
             })
             .collect();
@@ -300,19 +305,29 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             prefix[i + 1] = prefix[i] + t.bound;
         }
         let mut contributions = vec![0.0; infos.len()];
-        let block_bound = |t: &Term<S>| {
-            let h = t.cursor.block_header();
-            scorer.bound(t.index, h.max_tf, h.min_length)
+        let block_bound = |t: &mut Term<S>| {
+            let sequence = t.cursor.block_sequence();
+            if t.block_bound_of != sequence {
+                let h = t.cursor.block_header();
+                t.block_bound = scorer.bound(t.index, h.max_tf, h.min_length);
+                t.block_bound_of = sequence;
+            }
+            t.block_bound
         };
 
+        let mut theta = f64::NAN;
+        let mut essential = 0;
         loop {
-            let theta = top.threshold();
-            // Terms [..essential] cannot lift a document to θ on their own.
-            let essential = (0..terms.len())
-                .take_while(|&i| prefix[i + 1] < theta)
-                .count();
-            if essential == terms.len() {
-                return;
+            let current = top.threshold();
+            if current.to_bits() != theta.to_bits() {
+                theta = current;
+                // Terms [..essential] cannot lift a document to θ on their own.
+                essential = (0..terms.len())
+                    .take_while(|&i| prefix[i + 1] < theta)
+                    .count();
+                if essential == terms.len() {
+                    return;
+                }
             }
             let d = terms[essential..]
                 .iter()
@@ -326,7 +341,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             // Block-level bound for d and everything up to the nearest block end.
             let mut bound = 0.0;
             let mut skip_to = END;
-            for t in terms[essential..].iter() {
+            for t in terms[essential..].iter_mut() {
                 if t.cursor.doc() == d {
                     bound += block_bound(t);
                     skip_to = skip_to.min(t.cursor.block_header().last_doc.saturating_add(1));

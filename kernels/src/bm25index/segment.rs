@@ -428,6 +428,8 @@ pub struct PostingCursor<'s, S: PageRead> {
     decoded: bool,
     index: usize,
     doc: u32,
+    /// How many block headers have been loaded: changes exactly when the current block does.
+    blocks_loaded: u32,
 }
 
 impl<'s, S: PageRead> PostingCursor<'s, S> {
@@ -452,6 +454,7 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             decoded: false,
             index: 0,
             doc: 0,
+            blocks_loaded: 0,
         };
         if c.load_next_header() {
             c.decode();
@@ -489,6 +492,7 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             (page_header.next, HEADER_SIZE as u16)
         };
         self.remaining -= 1;
+        self.blocks_loaded += 1;
         self.decoded = false;
         self.index = 0;
         true
@@ -515,6 +519,12 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     /// The current block's header (its bounds cover the current document).
     pub fn block_header(&self) -> &BlockHeader {
         &self.header
+    }
+
+    /// Identifies the current block within this cursor (for caching per-block values).
+    #[inline]
+    pub fn block_sequence(&self) -> u32 {
+        self.blocks_loaded
     }
 
     pub fn next(&mut self) {
