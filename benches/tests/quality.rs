@@ -10,7 +10,8 @@ fn run(dataset: &str) -> Option<serde_json::Value> {
         eprintln!("SKIPPED: PGSKILLS_TEST_DSN is not set (run through ./x test)");
         return None;
     };
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // Read at run time (a binary cached from another checkout must not look there).
+    let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo test"))
         .join("../../shared/bench-data")
         .join(dataset);
     if !dir.join("corpus.jsonl").is_file() {

@@ -3,15 +3,16 @@
 //! categories (listed in corpus/demo/README.md) on nearly every skill.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::PathBuf;
 
 use pg_skills_corpus::category::{classify, scores, Category};
 use pg_skills_corpus::dedup::{Pipeline, PipelineOptions};
 use pg_skills_corpus::readers::{skill_files, Item, ReadLimits, TreeReader};
 use pg_skills_corpus::source::SourceInfo;
 
-fn demo_dir() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/demo"))
+/// Read at run time: a test binary cached from another checkout must not look there.
+fn demo_dir() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo test")).join("demo")
 }
 
 fn intended() -> BTreeMap<String, Category> {
@@ -42,13 +43,13 @@ fn demo_corpus_loads_whole_and_classifies_as_intended() {
         intended.len()
     );
     let reader = TreeReader {
-        source: SourceInfo::detect(demo_dir(), None, None),
+        source: SourceInfo::detect(&demo_dir(), None, None),
         limits: ReadLimits::default(),
     };
     let mut pipeline = Pipeline::new(PipelineOptions { code_filter: true });
     let mut mismatches = Vec::new();
     let mut seen = BTreeSet::new();
-    for f in skill_files(demo_dir()).unwrap() {
+    for f in skill_files(&demo_dir()).unwrap() {
         let item = reader.read_file(&f);
         if let Item::Skill(s) = &item {
             let got = classify(&s.name, &s.description, &s.instructions);

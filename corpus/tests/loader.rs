@@ -91,8 +91,14 @@ fn run_loader(args: &[&str]) -> (i32, Value, String) {
     )
 }
 
+/// This package's folder, read at run time: a test binary cached from another checkout of the
+/// same tree (one shared CARGO_TARGET_DIR) must not look in that checkout.
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
+}
+
 fn demo_dir() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/demo").to_owned()
+    manifest_dir().join("demo").to_string_lossy().into_owned()
 }
 
 fn write(path: &Path, bytes: &[u8]) {
@@ -349,7 +355,7 @@ fn unreachable_database_is_a_clean_error() {
 }
 
 fn shared_corpus() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
+    let p = manifest_dir().join("../../shared/corpus");
     if p.join("duplicates.tsv").is_file() {
         Some(p)
     } else {

@@ -15,7 +15,32 @@ pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Rows a bm25 index scan computes in its first batch (later batches grow 4×).
 pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(10);
 
+/// Lists a skeys index scan reads first (the search breadth).
+pub static KEY_PROBES: GucSetting<i32> = GucSetting::<i32>::new(4);
+/// Lists an iterative skeys scan may read in all (0: every list).
+pub static KEY_MAX_PROBES: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"pg_skills.key_probes",
+        c"Lists a skeys index scan reads first: the search breadth.",
+        c"More lists: higher recall, slower queries. skills.key_recall() measures the recall.",
+        &KEY_PROBES,
+        1,
+        65_535,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.key_max_probes",
+        c"Lists an iterative skeys index scan may read in all (0: every list).",
+        c"A filtered query keeps reading lists until it has its rows or reaches this many lists.",
+        &KEY_MAX_PROBES,
+        0,
+        65_535,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"pg_skills.bm25_scan_batch",
         c"Rows a bm25 index scan ranks in its first batch.",

@@ -5,16 +5,22 @@
 //! - [`schema`]: the SQL files in `sql/` that define tables, views, triggers and `skills.search`.
 //! - [`documents`]: per-document functions the trigger and loader share (hash, tokens, category).
 //! - [`bm25`]: the `bm25` index access method and its `<&>` operator.
+//! - [`key`]: the `skills.key` type, its distance operators and the `skeys` index.
+//! - [`storage`]: the kernels' page trait on Postgres buffers, with generic WAL (both indexes).
 //! - [`search`]: the reference BM25 sequential scan behind `skills.search(..., method => 'bm25')`.
 
 use pgrx::prelude::*;
 
+mod am;
 mod bm25;
 mod documents;
 mod errors;
+mod fmgr;
 mod guc;
+mod key;
 mod schema;
 mod search;
+mod storage;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -22,6 +28,7 @@ mod search;
 pub extern "C-unwind" fn _PG_init() {
     guc::init();
     bm25::options::register();
+    key::index::options::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -8,5 +8,7 @@ pgrx::extension_sql_file!(
     name = "bm25",
     requires = [bm25::bm25_handler, bm25::operator::bm25_distance]
 );
+// The key type, operators, skeys access method: its C functions are Rust `sql = false` externs.
+pgrx::extension_sql_file!("../../sql/keys.sql", name = "keys", requires = ["schema"]);
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!("../../sql/api.sql", name = "api", finalize);

@@ -6,14 +6,21 @@
 //! - [`text`]: the analyzer every BM25 path uses (tantivy's tokenizer and filters).
 //! - [`bm25`]: the reference BM25 scorer. It scores by brute force and stays forever as the
 //!   oracle that any BM25 index must agree with.
+//! - [`layout`]: the byte layout every index page shares (header, kinds, TIDs, bounds checks).
 //! - [`page`]: the page trait index algorithms are written against, and an in-memory store.
 //! - [`bm25index`]: the BM25 index (segments, append area, block-max MaxScore, merges) over pages.
+//! - [`kmeans`]: k-means over keys (the key index's lists).
+//! - [`keyindex`]: the key index (IVF lists of f16 keys) over pages.
 //! - [`vector`]: inner product, cosine and L2 kernels (f32, f16) via simsimd with a scalar twin,
 //!   and batched scoring of one query against many contiguous keys.
 
 pub mod bm25;
 pub mod bm25index;
+pub mod keyindex;
+pub mod kmeans;
+pub mod layout;
 pub mod page;
 pub mod rng;
+pub mod synthetic;
 pub mod text;
 pub mod vector;

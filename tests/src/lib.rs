@@ -243,6 +243,75 @@ pub fn seed(test: &str) -> u64 {
     seed
 }
 
+/// True (after saying so) when the extension is not installed: the test then passes as skipped.
+pub fn skip() -> bool {
+    if !extension_installed() {
+        eprintln!(
+            "SKIPPED: pg_skills is not installed for {} (run ./x test)",
+            bindir().display()
+        );
+        return true;
+    }
+    false
+}
+
+/// Waits until `standby` has replayed everything `primary` has written so far.
+pub fn wait_for_replay(primary: &mut Client, standby: &mut Client) {
+    let lsn: String = primary
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .unwrap()
+        .get(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let caught_up: bool = standby
+            .query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                &[&lsn],
+            )
+            .unwrap()
+            .get(0);
+        if caught_up {
+            return;
+        }
+        assert!(Instant::now() < deadline, "standby did not replay to {lsn}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// pg_dump -Fc of `db`, restored into a new database `into` of the same cluster.
+pub fn dump_and_restore(cluster: &Cluster, db: &str, into: &str) {
+    let dump = cluster.dir.join(format!("{db}.dump"));
+    let port = cluster.port.to_string();
+    check(
+        "pg_dump",
+        Command::new(cluster.bin("pg_dump"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-Fc",
+                "-p",
+                &port,
+                "-f",
+            ])
+            .arg(&dump)
+            .arg(db)
+            .output(),
+    );
+    cluster
+        .client()
+        .batch_execute(&format!("CREATE DATABASE {into}"))
+        .unwrap();
+    check(
+        "pg_restore",
+        Command::new(cluster.bin("pg_restore"))
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-p", &port, "-d", into])
+            .arg(&dump)
+            .output(),
+    );
+}
+
 /// Installs the extension in `db` of a fresh cluster.
 pub fn setup_extension(client: &mut Client) {
     client

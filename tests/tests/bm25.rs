@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pg_skills_server_tests::*;
 
@@ -17,17 +17,6 @@ fn set_index_options(client: &mut Client, options: &str) {
     client
         .batch_execute("REINDEX INDEX skills.skill_bm25")
         .unwrap();
-}
-
-fn skip() -> bool {
-    if !extension_installed() {
-        eprintln!(
-            "SKIPPED: pg_skills is not installed for {} (run ./x test)",
-            bindir().display()
-        );
-        return true;
-    }
-    false
 }
 
 /// Index path against the reference for `queries` random queries, k = 10 and all.
@@ -223,26 +212,8 @@ fn standby_returns_the_primarys_results() {
         .unwrap();
     p.batch_execute("VACUUM skills.skill").unwrap();
     insert_random(&mut p, &mut rng, 30, "after-vacuum");
-    let lsn: String = p
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .unwrap()
-        .get(0);
     let mut s = standby.client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let caught_up: bool = s
-            .query_one(
-                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
-                &[&lsn],
-            )
-            .unwrap()
-            .get(0);
-        if caught_up {
-            break;
-        }
-        assert!(Instant::now() < deadline, "standby did not replay to {lsn}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_replay(&mut p, &mut s);
     for q in 0..25 {
         let query = rng.words(1, 5);
         let on_primary = search(&mut p, &query, Some(10));
@@ -289,47 +260,7 @@ fn dump_restore_and_reindex_concurrently_keep_results() {
         .map(|q| search(&mut c, q, Some(10)))
         .collect();
 
-    let dump = cluster.dir.join("db.dump");
-    let out = std::process::Command::new(cluster.bin("pg_dump"))
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-Fc",
-            "-p",
-            &cluster.port.to_string(),
-            "-f",
-        ])
-        .arg(&dump)
-        .arg("postgres")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pg_dump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    c.batch_execute("CREATE DATABASE restored").unwrap();
-    let out = std::process::Command::new(cluster.bin("pg_restore"))
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-p",
-            &cluster.port.to_string(),
-            "-d",
-            "restored",
-        ])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pg_restore: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    dump_and_restore(&cluster, "postgres", "restored");
     let mut r = cluster.client_db("restored");
     let definition: String = r
         .query_one(

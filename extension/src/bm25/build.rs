@@ -6,15 +6,13 @@ use std::ffi::{c_char, c_void};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize, merge_all};
 use pg_skills_kernels::bm25index::segment::SegmentBuilder;
 use pg_skills_kernels::bm25index::{IndexOptions, NoReaders};
 
-use super::storage::{BufferStore, Mode};
 use super::{analyze_datum, options, tid_of};
-use crate::errors::raise;
+use crate::storage::{BufferStore, Mode};
 
 // Phases shown in pg_stat_progress_create_index.subphase (1 is Postgres' "initializing").
 const PHASE_SCAN: i64 = 2;
@@ -42,9 +40,7 @@ impl BuildState<'_> {
     }
 }
 
-fn report(param: u32, value: i64) {
-    unsafe { pg_sys::pgstat_progress_update_param(param as i32, value) };
-}
+use crate::am::report_progress as report;
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn ambuild(
@@ -53,23 +49,13 @@ pub unsafe extern "C-unwind" fn ambuild(
     index_info: *mut pg_sys::IndexInfo,
 ) -> *mut pg_sys::IndexBuildResult {
     let store = BufferStore::new(index, Mode::Build);
-    if store.num_blocks() != 0 {
-        raise(
-            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            format!(
-                "index \"{}\" already contains data",
-                super::relation_name(index)
-            ),
-            None,
-        );
-    }
-    if (*index_info).ii_NumIndexAttrs != 1 {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "a bm25 index has exactly one column",
-            Some("Index the expression ARRAY[name, description, instructions]."),
-        );
-    }
+    crate::am::check_build(
+        store.num_blocks(),
+        index,
+        index_info,
+        "bm25",
+        "Index the expression ARRAY[name, description, instructions].",
+    );
     let options = options::of_relation(index);
     initialize(&store, options);
 

@@ -17,13 +17,7 @@ pub unsafe extern "C-unwind" fn amcostestimate(
     correlation: *mut f64,
     pages: *mut f64,
 ) {
-    if (*path).indexorderbys.is_null() {
-        // Never chosen for anything but ordering.
-        *startup = 1.0e10;
-        *total = 1.0e10;
-        *selectivity = 1.0;
-        *correlation = 0.0;
-        *pages = 0.0;
+    if crate::am::unserved_path(path, startup, total, selectivity, correlation, pages) {
         return;
     }
     // A top-k query reads the dictionary path of each query term and part of its postings:
@@ -37,7 +31,5 @@ pub unsafe extern "C-unwind" fn amcostestimate(
         + pg_sys::cpu_index_tuple_cost * tuples * 0.05;
     *startup = cost;
     *total = cost;
-    *selectivity = 1.0;
-    *correlation = 0.0;
     *pages = index_pages;
 }

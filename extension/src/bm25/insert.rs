@@ -7,8 +7,8 @@ use pgrx::prelude::*;
 use pg_skills_kernels::bm25index::append;
 use pg_skills_kernels::bm25index::maintenance::flush_append;
 
-use super::storage::{BufferStore, Mode};
 use super::{analyze_datum, checked_meta, tid_of, IndexLocks, MAINTENANCE_LOCK};
+use crate::storage::{BufferStore, Mode};
 
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]

@@ -1,7 +1,7 @@
 //! The `bm25` index access method: Postgres callbacks over `pg_skills_kernels::bm25index`.
 //!
 //! One file per phase, as pgvector does: `build.rs` (CREATE INDEX), `insert.rs`, `scan.rs`,
-//! `vacuum.rs`, `cost.rs`, `options.rs`; `storage.rs` maps the page trait onto buffers with
+//! `vacuum.rs`, `cost.rs`, `options.rs`; `crate::storage` maps the page trait onto buffers with
 //! generic WAL; `operator.rs` is the `<&>` operator a sequential scan evaluates, with the same
 //! scoring as the index.
 //!
@@ -29,7 +29,6 @@ pub mod operator;
 pub mod options;
 mod scan;
 mod stats;
-pub mod storage;
 mod vacuum;
 
 pub const READERS_LOCK: pg_sys::BlockNumber = 0;
@@ -42,28 +41,21 @@ CREATE ACCESS METHOD bm25 TYPE INDEX HANDLER skills.bm25_handler;
 COMMENT ON ACCESS METHOD bm25 IS 'pg_skills BM25 index over ARRAY[name, description, instructions]';
 ")]
 fn bm25_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRoutine> {
-    let mut am =
-        unsafe { PgBox::<pg_sys::IndexAmRoutine>::alloc_node(pg_sys::NodeTag::T_IndexAmRoutine) };
-    am.amstrategies = 1;
-    am.amsupport = 0;
-    am.amcanorderbyop = true;
-    am.amoptionalkey = true;
-    am.amusemaintenanceworkmem = true;
-    am.amkeytype = pg_sys::InvalidOid;
-    am.ambuild = Some(build::ambuild);
-    am.ambuildempty = Some(build::ambuildempty);
-    am.ambuildphasename = Some(build::ambuildphasename);
-    am.aminsert = Some(insert::aminsert);
-    am.ambulkdelete = Some(vacuum::ambulkdelete);
-    am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
-    am.amcostestimate = Some(cost::amcostestimate);
-    am.amoptions = Some(options::amoptions);
-    am.amvalidate = Some(amvalidate);
-    am.ambeginscan = Some(scan::ambeginscan);
-    am.amrescan = Some(scan::amrescan);
-    am.amgettuple = Some(scan::amgettuple);
-    am.amendscan = Some(scan::amendscan);
-    am.into_pg_boxed()
+    crate::am::ordering_am(1, |am| {
+        am.ambuild = Some(build::ambuild);
+        am.ambuildempty = Some(build::ambuildempty);
+        am.ambuildphasename = Some(build::ambuildphasename);
+        am.aminsert = Some(insert::aminsert);
+        am.ambulkdelete = Some(vacuum::ambulkdelete);
+        am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
+        am.amcostestimate = Some(cost::amcostestimate);
+        am.amoptions = Some(options::amoptions);
+        am.amvalidate = Some(amvalidate);
+        am.ambeginscan = Some(scan::ambeginscan);
+        am.amrescan = Some(scan::amrescan);
+        am.amgettuple = Some(scan::amgettuple);
+        am.amendscan = Some(scan::amendscan);
+    })
 }
 
 #[pg_guard]
@@ -71,40 +63,48 @@ unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
     true
 }
 
-/// Whether `index` is a bm25 index.
-pub fn is_bm25_index(index: pg_sys::Relation) -> bool {
+/// Whether `index` is an index of access method `am`.
+pub fn is_index_of(index: pg_sys::Relation, am: &str) -> bool {
     unsafe {
         let name = pg_sys::get_am_name((*(*index).rd_rel).relam);
-        !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == b"bm25"
+        !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == am.as_bytes()
     }
 }
 
-/// Opens `oid` (AccessShareLock) as a bm25 index, or raises a clear ERROR. Close it with
-/// `relation_close(rel, AccessShareLock)`.
-pub fn open_bm25_index(oid: pg_sys::Oid) -> pg_sys::Relation {
+/// Opens `oid` (AccessShareLock) as an index of access method `am`, or raises a clear ERROR
+/// with `hint`. Close it with `relation_close(rel, AccessShareLock)`.
+pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation {
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    let hint = Some("Build queries with skills.bm25query(query, index) naming a bm25 index.");
     unsafe {
         let rel = pg_sys::try_relation_open(oid, lock);
         if rel.is_null() {
             raise(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
                 format!("relation {} does not exist", oid.to_u32()),
-                hint,
+                Some(hint),
             );
         }
         let is_index = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as std::ffi::c_char;
-        if !is_index || !is_bm25_index(rel) {
+        if !is_index || !is_index_of(rel, am) {
             let name = relation_name(rel);
             pg_sys::relation_close(rel, lock);
             raise(
                 PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                format!("\"{name}\" is not a bm25 index"),
-                hint,
+                format!("\"{name}\" is not a {am} index"),
+                Some(hint),
             );
         }
         rel
     }
+}
+
+/// [`open_index_of`] for bm25 indexes.
+pub fn open_bm25_index(oid: pg_sys::Oid) -> pg_sys::Relation {
+    open_index_of(
+        oid,
+        "bm25",
+        "Build queries with skills.bm25query(query, index) naming a bm25 index.",
+    )
 }
 
 /// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
@@ -130,7 +130,7 @@ pub fn relation_name(rel: pg_sys::Relation) -> String {
 /// the metapage before it frees any page, and that replay waits for this buffer lock.
 pub fn reading<R>(
     index: pg_sys::Relation,
-    store: &storage::BufferStore,
+    store: &crate::storage::BufferStore,
     f: impl FnOnce() -> R,
 ) -> R {
     if unsafe { pg_sys::RecoveryInProgress() } {

@@ -12,8 +12,8 @@ use pgrx::prelude::*;
 use pg_skills_kernels::bm25index::{prepare, query_terms, IndexOptions, Scorer};
 
 use super::scan::decode_query;
-use super::storage::{BufferStore, Mode};
 use super::{checked_meta, document_fields, with_analyzer};
+use crate::storage::{BufferStore, Mode};
 
 /// (index oid, query text, statement start, command id): what cached query state is valid for.
 type StatementKey = (u32, String, i64, u32);

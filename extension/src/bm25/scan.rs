@@ -10,16 +10,16 @@ use std::collections::{HashSet, VecDeque};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+use pgrx::PgSqlErrorCode;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 use pg_skills_kernels::bm25index::{all_documents, prepare, query_terms, DocTableCache, Tid};
 
-use super::storage::{BufferStore, Mode};
 use super::{checked_meta, reading, with_analyzer};
 use crate::errors::raise;
+use crate::storage::{BufferStore, Mode};
 
 thread_local! {
     /// Document tables per index file (relfilenode): REINDEX and TRUNCATE get a new file, so a
@@ -47,11 +47,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(
     nkeys: std::ffi::c_int,
     norderbys: std::ffi::c_int,
 ) -> pg_sys::IndexScanDesc {
-    let scan = pg_sys::RelationGetIndexScan(index, nkeys, norderbys);
-    let state =
-        PgMemoryContexts::CurrentMemoryContext.leak_and_drop_on_delete(ScanState::default());
-    (*scan).opaque = state as *mut std::ffi::c_void;
-    scan
+    crate::am::begin_scan::<ScanState>(index, nkeys, norderbys)
 }
 
 /// The (index, query) pair of a `skills.bm25query` datum.
@@ -159,19 +155,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
     scan: pg_sys::IndexScanDesc,
     _direction: pg_sys::ScanDirection::Type,
 ) -> bool {
-    let snapshot = (*scan).xs_snapshot;
-    let mvcc = !snapshot.is_null()
-        && matches!(
-            (*snapshot).snapshot_type,
-            pg_sys::SnapshotType::SNAPSHOT_MVCC | pg_sys::SnapshotType::SNAPSHOT_HISTORIC_MVCC
-        );
-    if !mvcc {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "a bm25 index scan requires an MVCC snapshot",
-            None,
-        );
-    }
+    crate::am::require_mvcc(scan, "bm25");
     let state = &mut *((*scan).opaque as *mut ScanState);
     if !state.ready {
         raise(
@@ -185,9 +169,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
             if !state.returned.insert(tid) {
                 continue;
             }
-            pgrx::itemptr::item_pointer_set_all(&mut (*scan).xs_heaptid, tid.block, tid.offset);
-            (*scan).xs_recheck = false;
-            (*scan).xs_recheckorderby = false;
+            crate::am::return_tid(scan, tid.block, tid.offset);
             return true;
         }
         if state.matches_done && state.rest_done {

@@ -7,7 +7,7 @@ use pg_skills_kernels::bm25index::append::{chain_pages, count_live};
 use pg_skills_kernels::page::NO_BLOCK;
 
 use super::checked_meta;
-use super::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode};
 
 /// Segments, documents and pages of a bm25 index.
 #[pg_extern(stable)]

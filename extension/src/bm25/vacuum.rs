@@ -7,18 +7,10 @@ use pgrx::prelude::*;
 
 use pg_skills_kernels::bm25index::maintenance::{bulk_delete, vacuum_cleanup};
 
-use super::storage::{BufferStore, Mode};
 use super::{checked_meta, IndexLocks, MAINTENANCE_LOCK};
+use crate::storage::{BufferStore, Mode};
 
-unsafe fn stats_or_new(
-    stats: *mut pg_sys::IndexBulkDeleteResult,
-) -> *mut pg_sys::IndexBulkDeleteResult {
-    if stats.is_null() {
-        PgBox::<pg_sys::IndexBulkDeleteResult>::alloc0().into_pg()
-    } else {
-        stats
-    }
-}
+use crate::am::stats_or_new;
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn ambulkdelete(

@@ -5,6 +5,9 @@
 //! turns the panic into an ERROR).
 
 use crate::bm25::FieldWeights;
+pub use crate::layout::{
+    corrupt, ByteReader, ByteWriter, MetaError, PageHeader, PageKind, Tid, FLAG_FROZEN, HEADER_SIZE,
+};
 use crate::page::{BlockNumber, NO_BLOCK};
 
 /// "PSKB": pg_skills BM25.
@@ -12,219 +15,10 @@ pub const MAGIC: u32 = 0x5053_4b42;
 /// Bumped whenever a layout in this file changes; older indexes then need REINDEX.
 pub const FORMAT_VERSION: u32 = 1;
 pub const META_BLOCK: BlockNumber = 0;
+/// How errors name this kind of index.
+const INDEX_KIND: &str = "bm25";
 /// Segments the metapage can describe; merging keeps the count near log2(documents).
 pub const MAX_SEGMENTS: usize = 48;
-
-#[track_caller]
-pub fn corrupt(what: impl std::fmt::Display) -> ! {
-    panic!("pg_skills bm25 index: data corruption: {what}")
-}
-
-/// Bounds-checked little-endian reader over a page.
-pub struct ByteReader<'a> {
-    buf: &'a [u8],
-    pub pos: usize,
-}
-
-impl<'a> ByteReader<'a> {
-    pub fn new(buf: &'a [u8], pos: usize) -> Self {
-        ByteReader { buf, pos }
-    }
-
-    pub fn bytes(&mut self, n: usize) -> &'a [u8] {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let Some(end) = end else {
-            corrupt(format_args!(
-                "read of {n} bytes at offset {} past the page end",
-                self.pos
-            ))
-        };
-        let out = &self.buf[self.pos..end];
-        self.pos = end;
-        out
-    }
-
-    fn array<const N: usize>(&mut self) -> [u8; N] {
-        self.bytes(N).try_into().expect("length checked")
-    }
-
-    pub fn u8(&mut self) -> u8 {
-        self.array::<1>()[0]
-    }
-    pub fn u16(&mut self) -> u16 {
-        u16::from_le_bytes(self.array())
-    }
-    pub fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.array())
-    }
-    pub fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.array())
-    }
-    pub fn f32(&mut self) -> f32 {
-        f32::from_le_bytes(self.array())
-    }
-    pub fn f64(&mut self) -> f64 {
-        f64::from_le_bytes(self.array())
-    }
-}
-
-/// Little-endian writer over a page. Callers check space first; overflow is a bug.
-pub struct ByteWriter<'a> {
-    buf: &'a mut [u8],
-    pub pos: usize,
-}
-
-impl<'a> ByteWriter<'a> {
-    pub fn new(buf: &'a mut [u8], pos: usize) -> Self {
-        ByteWriter { buf, pos }
-    }
-    pub fn bytes(&mut self, b: &[u8]) {
-        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
-        self.pos += b.len();
-    }
-    pub fn u8(&mut self, v: u8) {
-        self.bytes(&[v]);
-    }
-    pub fn u16(&mut self, v: u16) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn u32(&mut self, v: u32) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn f32(&mut self, v: f32) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn f64(&mut self, v: f64) {
-        self.bytes(&v.to_le_bytes());
-    }
-}
-
-/// What a page holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum PageKind {
-    Meta = 1,
-    Postings = 2,
-    Dictionary = 3,
-    Documents = 4,
-    DocumentDirectory = 5,
-    Append = 6,
-}
-
-impl PageKind {
-    fn from_u8(v: u8) -> Option<PageKind> {
-        Some(match v {
-            1 => PageKind::Meta,
-            2 => PageKind::Postings,
-            3 => PageKind::Dictionary,
-            4 => PageKind::Documents,
-            5 => PageKind::DocumentDirectory,
-            6 => PageKind::Append,
-            _ => return None,
-        })
-    }
-}
-
-/// Append pages set this when the append area they belong to is being merged: inserters then
-/// move to the new append area.
-pub const FLAG_FROZEN: u16 = 1;
-
-/// The first 12 bytes of every page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PageHeader {
-    pub kind: PageKind,
-    /// Dictionary level (0 = leaves).
-    pub level: u8,
-    /// Items on the page.
-    pub count: u16,
-    /// Bytes in use, header included.
-    pub used: u16,
-    pub flags: u16,
-    /// Next page of the same chain, or [`NO_BLOCK`].
-    pub next: BlockNumber,
-}
-
-pub const HEADER_SIZE: usize = 12;
-
-impl PageHeader {
-    pub fn new(kind: PageKind) -> Self {
-        PageHeader {
-            kind,
-            level: 0,
-            count: 0,
-            used: HEADER_SIZE as u16,
-            flags: 0,
-            next: NO_BLOCK,
-        }
-    }
-
-    #[track_caller]
-    pub fn read(page: &[u8], expected: PageKind) -> PageHeader {
-        let mut r = ByteReader::new(page, 0);
-        let kind_byte = r.u8();
-        let Some(kind) = PageKind::from_u8(kind_byte) else {
-            corrupt(format_args!(
-                "page kind {kind_byte} is unknown (expected {expected:?})"
-            ))
-        };
-        if kind != expected {
-            corrupt(format_args!(
-                "found a {kind:?} page where a {expected:?} page belongs"
-            ));
-        }
-        let h = PageHeader {
-            kind,
-            level: r.u8(),
-            count: r.u16(),
-            used: r.u16(),
-            flags: r.u16(),
-            next: r.u32(),
-        };
-        if (h.used as usize) < HEADER_SIZE || h.used as usize > page.len() {
-            corrupt(format_args!("{kind:?} page claims {} bytes in use", h.used));
-        }
-        h
-    }
-
-    pub fn write(&self, page: &mut [u8]) {
-        let mut w = ByteWriter::new(page, 0);
-        w.u8(self.kind as u8);
-        w.u8(self.level);
-        w.u16(self.count);
-        w.u16(self.used);
-        w.u16(self.flags);
-        w.u32(self.next);
-    }
-
-    pub fn free_space(&self, page_size: usize) -> usize {
-        page_size - self.used as usize
-    }
-}
-
-/// A heap tuple identifier (block, line pointer), ordered like Postgres orders them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Tid {
-    pub block: u32,
-    pub offset: u16,
-}
-
-impl Tid {
-    pub const SIZE: usize = 6;
-
-    pub fn read(r: &mut ByteReader) -> Tid {
-        Tid {
-            block: r.u32(),
-            offset: r.u16(),
-        }
-    }
-    pub fn write(&self, w: &mut ByteWriter) {
-        w.u32(self.block);
-        w.u16(self.offset);
-    }
-}
 
 /// Index options, fixed when the index is built.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -331,29 +125,6 @@ pub struct Meta {
     pub segments: Vec<SegmentDesc>,
 }
 
-/// Why a metapage cannot be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MetaError {
-    /// Built by another on-disk format: REINDEX rebuilds it in the current one.
-    FormatVersion {
-        found: u32,
-        expected: u32,
-    },
-    NotAnIndex,
-}
-
-impl std::fmt::Display for MetaError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MetaError::FormatVersion { found, expected } => write!(
-                f,
-                "bm25 index has on-disk format version {found}, this build reads version {expected}: REINDEX required"
-            ),
-            MetaError::NotAnIndex => write!(f, "bm25 index metapage has a wrong magic number"),
-        }
-    }
-}
-
 impl Meta {
     pub fn new(options: IndexOptions) -> Meta {
         Meta {
@@ -370,20 +141,8 @@ impl Meta {
 
     pub fn read(page: &[u8]) -> Result<Meta, MetaError> {
         let mut r = ByteReader::new(page, 0);
-        if PageKind::from_u8(r.u8()) != Some(PageKind::Meta) {
-            return Err(MetaError::NotAnIndex);
-        }
-        r.pos = HEADER_SIZE;
-        if r.u32() != MAGIC {
-            return Err(MetaError::NotAnIndex);
-        }
-        let version = r.u32();
-        if version != FORMAT_VERSION {
-            return Err(MetaError::FormatVersion {
-                found: version,
-                expected: FORMAT_VERSION,
-            });
-        }
+        crate::layout::check_meta(&mut r, MAGIC, FORMAT_VERSION, INDEX_KIND)?;
+        let version = FORMAT_VERSION;
         let k1 = r.f64();
         let b = r.f64();
         let weights = FieldWeights {
@@ -496,6 +255,7 @@ mod tests {
         assert_eq!(
             err,
             MetaError::FormatVersion {
+                index: INDEX_KIND,
                 found: 0,
                 expected: FORMAT_VERSION
             }

@@ -1,0 +1,303 @@
+//! Key index benchmark, side by side in one run on the same keys and queries:
+//! - the pg_skills `skeys` index (`ORDER BY key <#> $1 LIMIT 10`, prepared) at several
+//!   `pg_skills.key_probes`: the recall/QPS curve, latency at one client, pgbench QPS at 1 and 2;
+//! - exact search in-process through the same SIMD kernel over the same f16 keys (the ceiling
+//!   of recall and the floor of any scan);
+//! - an in-process HNSW library (hnsw_rs, M = 16, ef_construction = 64, 2 threads) at several
+//!   ef_search: a graph index with no SQL, no executor and no heap fetches.
+//!
+//! Data (the issue's recipe): N unit-norm 512-d keys x = normalize(c + σ·z), 1,000 random unit
+//! centres c, σ = 1/√512, z standard normal; queries the same way from another seed; ground
+//! truth by exact f32 inner product.
+//!
+//! `target/release/key_bench --dsn ... --sizes 100000 --queries 1000`
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::time::Instant;
+
+use clap::Parser;
+use half::f16;
+use postgres::{Client, NoTls};
+use rayon::prelude::*;
+
+use pg_skills_benches::timing::{latencies_ms, pgbench};
+use pg_skills_kernels::synthetic::{centres, clustered};
+use pg_skills_kernels::vector::{dot_batch, dot_batch_f16};
+
+const DIM: usize = 512;
+
+#[derive(Parser)]
+struct Args {
+    /// Server to run on (a database pgs_key_bench is created there and dropped after).
+    #[arg(long)]
+    dsn: String,
+    #[arg(long, value_delimiter = ',', default_value = "100000")]
+    sizes: Vec<usize>,
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    /// Search breadths to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    probes: Vec<u32>,
+    /// hnsw_rs ef_search values (0 = skip the HNSW peer).
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
+    hnsw_ef: Vec<usize>,
+    #[arg(long, default_value_t = 10)]
+    pgbench_seconds: u32,
+    #[arg(long, default_value = "/usr/lib/postgresql/15/bin/pg_config")]
+    pg_config: String,
+    #[arg(long, default_value = "2GB")]
+    maintenance_work_mem: String,
+    /// Keep the database pgs_key_bench after the last size (for profiling by hand).
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Indices of the 10 largest scores (ties by index).
+fn top10(scores: &[f32]) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..scores.len() as u32).collect();
+    let k = 10.min(idx.len());
+    idx.select_nth_unstable_by(k - 1, |&a, &b| {
+        scores[b as usize]
+            .total_cmp(&scores[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| {
+        scores[b as usize]
+            .total_cmp(&scores[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx
+}
+
+fn recall(truth: &[Vec<u32>], got: &[Vec<u32>]) -> f64 {
+    let mut hits = 0;
+    for (t, g) in truth.iter().zip(got) {
+        let t: HashSet<u32> = t.iter().copied().collect();
+        hits += g.iter().filter(|i| t.contains(i)).count();
+    }
+    hits as f64 / (truth.len() * 10) as f64
+}
+
+/// COPY BINARY rows (id bigint, key skills.key) in the key type's binary format.
+fn load(db: &mut Client, keys: &[f16]) {
+    let mut w = db
+        .copy_in("COPY keys (id, key) FROM STDIN (FORMAT binary)")
+        .unwrap();
+    let mut buf = Vec::with_capacity(1 << 20);
+    buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    buf.extend_from_slice(&0i32.to_be_bytes());
+    buf.extend_from_slice(&0i32.to_be_bytes());
+    for (id, key) in keys.chunks_exact(DIM).enumerate() {
+        buf.extend_from_slice(&2i16.to_be_bytes());
+        buf.extend_from_slice(&8i32.to_be_bytes());
+        buf.extend_from_slice(&(id as i64).to_be_bytes());
+        buf.extend_from_slice(&((4 + 2 * DIM) as i32).to_be_bytes());
+        buf.extend_from_slice(&(DIM as u16).to_be_bytes());
+        buf.extend_from_slice(&0u16.to_be_bytes());
+        for v in key {
+            buf.extend_from_slice(&v.to_bits().to_be_bytes());
+        }
+        if buf.len() > (1 << 20) {
+            w.write_all(&buf).unwrap();
+            buf.clear();
+        }
+    }
+    buf.extend_from_slice(&(-1i16).to_be_bytes());
+    w.write_all(&buf).unwrap();
+    w.finish().unwrap();
+}
+
+fn key_text(key: &[f16]) -> String {
+    let parts: Vec<String> = key.iter().map(|v| v.to_f32().to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut report = String::new();
+    let mut admin = Client::connect(&args.dsn, NoTls).expect("connect");
+    let c = centres(1000, DIM, 1);
+    for &n in &args.sizes {
+        eprintln!("== {n} keys");
+        let t = Instant::now();
+        let data = clustered(&c, DIM, n, 2);
+        let queries = clustered(&c, DIM, args.queries, 3);
+        let data16: Vec<f16> = data.iter().map(|&x| f16::from_f32(x)).collect();
+        let queries16: Vec<f16> = queries.iter().map(|&x| f16::from_f32(x)).collect();
+        let truth: Vec<Vec<u32>> = queries
+            .par_chunks(DIM)
+            .map(|q| {
+                let mut s = vec![0f32; n];
+                dot_batch(q, &data, &mut s);
+                top10(&s)
+            })
+            .collect();
+        eprintln!(
+            "data and ground truth in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+
+        // Exact search in-process, same kernel as the index, one thread.
+        let t = Instant::now();
+        let mut scores = vec![0f32; n];
+        let exact_runs = args.queries.min(if n > 200_000 { 50 } else { 200 });
+        let exact: Vec<Vec<u32>> = queries16
+            .chunks_exact(DIM)
+            .take(exact_runs)
+            .map(|q| {
+                dot_batch_f16(q, &data16, &mut scores);
+                top10(&scores)
+            })
+            .collect();
+        let exact_qps = exact_runs as f64 / t.elapsed().as_secs_f64();
+        let exact_recall = recall(&truth[..exact_runs], &exact);
+
+        admin
+            .batch_execute("DROP DATABASE IF EXISTS pgs_key_bench")
+            .unwrap();
+        admin
+            .batch_execute("CREATE DATABASE pgs_key_bench")
+            .unwrap();
+        let dsn_db = format!("{} dbname=pgs_key_bench", args.dsn);
+        let mut db = Client::connect(&dsn_db, NoTls).unwrap();
+        db.batch_execute(
+            "CREATE EXTENSION pg_skills;
+             CREATE TABLE keys (id bigint PRIMARY KEY, key skills.key NOT NULL);
+             CREATE TABLE bench_queries (id int PRIMARY KEY, q skills.key NOT NULL);",
+        )
+        .unwrap();
+        let t = Instant::now();
+        load(&mut db, &data16);
+        for (i, q) in queries16.chunks_exact(DIM).enumerate() {
+            db.execute(
+                &format!("INSERT INTO bench_queries VALUES ($1, '{}')", key_text(q)),
+                &[&(i as i32 + 1)],
+            )
+            .unwrap();
+        }
+        db.batch_execute("VACUUM ANALYZE keys").unwrap();
+        db.batch_execute("VACUUM ANALYZE bench_queries").unwrap();
+        eprintln!("loaded in {:.1} s", t.elapsed().as_secs_f64());
+        db.batch_execute(&format!(
+            "SET maintenance_work_mem = '{}'",
+            args.maintenance_work_mem
+        ))
+        .unwrap();
+        let t = Instant::now();
+        db.batch_execute("CREATE INDEX keys_ip ON keys USING skeys (key skills.key_ip_ops)")
+            .unwrap();
+        let build = t.elapsed().as_secs_f64();
+        let stats = db
+            .query_one(
+                "SELECT pg_relation_size('keys_ip'), lists, trained_on, largest_list FROM skills.key_index_stats('keys_ip')",
+                &[],
+            )
+            .unwrap();
+        let (size, lists, trained_on, largest): (i64, i32, i64, i64) =
+            (stats.get(0), stats.get(1), stats.get(2), stats.get(3));
+        eprintln!("built in {build:.1} s: {lists} lists, largest {largest}");
+
+        let plan: Vec<String> = db
+            .query(
+                "EXPLAIN SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) (SELECT q FROM bench_queries WHERE id = 1) LIMIT 10",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            plan.iter().any(|l| l.contains("Index Scan using keys_ip")),
+            "{plan:?}"
+        );
+
+        let stmt = db
+            .prepare("SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) $1::text::skills.key LIMIT 10")
+            .unwrap();
+        let qtexts: Vec<String> = queries16.chunks_exact(DIM).map(key_text).collect();
+        report += &format!(
+            "\n### {n} keys\n\nBuild {build:.1} s (maintenance_work_mem {}), index {:.0} MB, {lists} lists \
+             (k-means on {trained_on} sampled keys; largest list {largest}).\n\n\
+             | system | breadth | recall@10 | p50 / p99 ms (1 client) | QPS 1 client | QPS 2 clients |\n|---|---|---|---|---|---|\n",
+            args.maintenance_work_mem,
+            size as f64 / (1 << 20) as f64
+        );
+        let nq = args.queries;
+        for &probes in &args.probes {
+            db.batch_execute(&format!("SET pg_skills.key_probes = {probes}"))
+                .unwrap();
+            let mut lat = Vec::new();
+            let mut got = Vec::new();
+            for q in &qtexts {
+                let t = Instant::now();
+                let rows = db.query(&stmt, &[q]).unwrap();
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                got.push(
+                    rows.iter()
+                        .map(|r| r.get::<_, i64>(0) as u32)
+                        .collect::<Vec<_>>(),
+                );
+            }
+            let r = recall(&truth, &got);
+            let (p50, _, p99) = latencies_ms(lat);
+            let script = format!(
+                "\\set qid random(1, {nq})\nSELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) \
+                 (SELECT q FROM bench_queries WHERE id = :qid) LIMIT 10;\n"
+            );
+            let conn = format!("{dsn_db} options='-c pg_skills.key_probes={probes}'");
+            let q1 = pgbench(&args.pg_config, &conn, &script, 1, args.pgbench_seconds);
+            let q2 = pgbench(&args.pg_config, &conn, &script, 2, args.pgbench_seconds);
+            eprintln!("probes {probes}: recall {r:.3}, p50 {p50:.2} ms, QPS {q1:.0} / {q2:.0}");
+            report += &format!(
+                "| pg_skills skeys | probes {probes} | {r:.3} | {p50:.2} / {p99:.2} | {q1:.0} | {q2:.0} |\n"
+            );
+        }
+        report += &format!(
+            "| exact, in-process, same f16 kernel, 1 thread | all | {exact_recall:.3} | {:.2} | {exact_qps:.1} | |\n",
+            1e3 / exact_qps
+        );
+
+        if !args.hnsw_ef.iter().all(|&e| e == 0) {
+            use hnsw_rs::prelude::*;
+            let t = Instant::now();
+            let hnsw = Hnsw::<f32, DistDot>::new(16, n, 16, 64, DistDot {});
+            let rows: Vec<(&[f32], usize)> = data
+                .chunks_exact(DIM)
+                .enumerate()
+                .map(|(i, r)| (r, i))
+                .collect();
+            hnsw.parallel_insert_slice(&rows);
+            let hnsw_build = t.elapsed().as_secs_f64();
+            report += &format!("| hnsw_rs in-process (M 16, ef_construction 64; build {hnsw_build:.0} s, 2 threads) | | | | | |\n");
+            for &ef in args.hnsw_ef.iter().filter(|&&e| e > 0) {
+                let t = Instant::now();
+                let mut lat = Vec::new();
+                let got: Vec<Vec<u32>> = queries
+                    .chunks_exact(DIM)
+                    .map(|q| {
+                        let t = Instant::now();
+                        let r = hnsw.search(q, 10, ef);
+                        lat.push(t.elapsed().as_secs_f64() * 1e3);
+                        r.iter().map(|n| n.d_id as u32).collect()
+                    })
+                    .collect();
+                let qps = nq as f64 / t.elapsed().as_secs_f64();
+                let (p50, _, p99) = latencies_ms(lat);
+                let r = recall(&truth, &got);
+                eprintln!("hnsw ef {ef}: recall {r:.3}, QPS {qps:.0}");
+                report += &format!(
+                    "| hnsw_rs, 1 thread | ef {ef} | {r:.3} | {p50:.2} / {p99:.2} | {qps:.0} | |\n"
+                );
+            }
+        }
+        eprintln!("{report}");
+        if args.keep {
+            break;
+        }
+        drop(db);
+        admin.batch_execute("DROP DATABASE pgs_key_bench").unwrap();
+    }
+    println!("{report}");
+}

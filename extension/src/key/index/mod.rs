@@ -1,0 +1,127 @@
+//! The `skeys` index access method: Postgres callbacks over `pg_skills_kernels::keyindex`.
+//!
+//! One file per phase, as for bm25: `build.rs`, `insert.rs`, `scan.rs`, `vacuum.rs`, `cost.rs`,
+//! `options.rs`; `stats.rs` has `skills.key_index_stats` and `skills.key_recall`. Pages go through
+//! `crate::storage` (generic WAL). No heavyweight locks: pages are never freed, so buffer locks
+//! are enough (see the kernel module's notes).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pgrx::prelude::*;
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+use pg_skills_kernels::keyindex::format::META_BLOCK;
+use pg_skills_kernels::keyindex::{Centroids, Meta, Metric};
+use pg_skills_kernels::page::PageRead;
+
+use crate::bm25::relation_name;
+pub use crate::bm25::tid_of;
+use crate::errors::raise;
+
+mod build;
+mod cost;
+mod insert;
+pub mod options;
+mod scan;
+mod stats;
+mod vacuum;
+
+/// Strategy numbers of the three operator classes (sql/keys.sql).
+const STRATEGY_IP: u16 = 1;
+const STRATEGY_COSINE: u16 = 2;
+const STRATEGY_L2: u16 = 3;
+
+pub fn metric_of_strategy(strategy: u16) -> Option<Metric> {
+    match strategy {
+        STRATEGY_IP => Some(Metric::InnerProduct),
+        STRATEGY_COSINE => Some(Metric::Cosine),
+        STRATEGY_L2 => Some(Metric::L2),
+        _ => None,
+    }
+}
+
+#[pg_extern(sql = false)]
+fn skeys_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRoutine> {
+    crate::am::ordering_am(3, |am| {
+        am.ambuild = Some(build::ambuild);
+        am.ambuildempty = Some(build::ambuildempty);
+        am.ambuildphasename = Some(build::ambuildphasename);
+        am.aminsert = Some(insert::aminsert);
+        am.ambulkdelete = Some(vacuum::ambulkdelete);
+        am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
+        am.amcostestimate = Some(cost::amcostestimate);
+        am.amoptions = Some(options::amoptions);
+        am.amvalidate = Some(amvalidate);
+        am.ambeginscan = Some(scan::ambeginscan);
+        am.amrescan = Some(scan::amrescan);
+        am.amgettuple = Some(scan::amgettuple);
+        am.amendscan = Some(scan::amendscan);
+    })
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
+    true
+}
+
+/// The metric of the index's operator class (the one ordering operator its family has).
+pub fn metric_of_index(index: pg_sys::Relation) -> Metric {
+    unsafe {
+        let family = *(*index).rd_opfamily;
+        let keytype = *(*index).rd_opcintype;
+        for strategy in [STRATEGY_IP, STRATEGY_COSINE, STRATEGY_L2] {
+            let op = pg_sys::get_opfamily_member(family, keytype, keytype, strategy as i16);
+            if op != pg_sys::InvalidOid {
+                return metric_of_strategy(strategy).expect("known strategy");
+            }
+        }
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!(
+            "index \"{}\" has no skills.key distance operator",
+            relation_name(index)
+        ),
+        Some("Use skills.key_ip_ops, skills.key_cosine_ops or skills.key_l2_ops."),
+    )
+}
+
+/// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
+pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
+    match Meta::read(&store.read(META_BLOCK)) {
+        Ok(meta) => meta,
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("index \"{}\": {e}", relation_name(index)),
+            Some("Run REINDEX INDEX on it: the index is rebuilt in the current format."),
+        ),
+    }
+}
+
+thread_local! {
+    /// Centroids per index file: they never change after a build, and a rebuild writes a new
+    /// build id, so (file, build id) identifies them.
+    static CENTROIDS: RefCell<HashMap<u32, Rc<Centroids>>> = RefCell::new(HashMap::new());
+}
+
+pub fn centroids<S: PageRead>(store: &S, index: pg_sys::Relation, meta: &Meta) -> Rc<Centroids> {
+    let file = unsafe { (*index).rd_node.relNode.to_u32() };
+    CENTROIDS.with(|cell| {
+        let mut map = cell.borrow_mut();
+        if let Some(c) = map.get(&file) {
+            if c.build_id == meta.build_id {
+                return c.clone();
+            }
+        }
+        let c = Rc::new(Centroids::load(store, meta));
+        map.insert(file, c.clone());
+        c
+    })
+}
+
+/// [`crate::bm25::open_index_of`] for skeys indexes.
+pub fn open_key_index(oid: pg_sys::Oid) -> pg_sys::Relation {
+    crate::bm25::open_index_of(oid, "skeys", "Name an index built USING skeys.")
+}

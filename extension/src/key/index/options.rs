@@ -1,0 +1,71 @@
+//! `CREATE INDEX ... USING skeys ... WITH (lists = N)`. Postgres validates the name and range.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use pgrx::pg_sys;
+
+static KIND: AtomicU32 = AtomicU32::new(0);
+
+/// The most lists an index may have (a u16 page count per list stays far away).
+pub const MAX_LISTS: i32 = 65_535;
+
+#[repr(C)]
+struct RawOptions {
+    vl_len_: i32,
+    lists: c_int,
+}
+
+pub fn register() {
+    unsafe {
+        let kind = pg_sys::add_reloption_kind();
+        KIND.store(kind, Ordering::Relaxed);
+        pg_sys::add_int_reloption(
+            kind,
+            c"lists".as_ptr(),
+            c"number of lists (k-means centroids); 0 picks √rows at build time".as_ptr(),
+            0,
+            0,
+            MAX_LISTS,
+            pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
+        );
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn amoptions(
+    reloptions: pg_sys::Datum,
+    validate: bool,
+) -> *mut pg_sys::bytea {
+    let table = [pg_sys::relopt_parse_elt {
+        optname: c"lists".as_ptr(),
+        opttype: pg_sys::relopt_type::RELOPT_TYPE_INT,
+        offset: std::mem::offset_of!(RawOptions, lists) as c_int,
+    }];
+    pg_sys::build_reloptions(
+        reloptions,
+        validate,
+        KIND.load(Ordering::Relaxed),
+        std::mem::size_of::<RawOptions>(),
+        table.as_ptr(),
+        table.len() as c_int,
+    ) as *mut pg_sys::bytea
+}
+
+/// Lists requested in WITH (0: choose from the row count).
+pub fn lists_of(index: pg_sys::Relation) -> u32 {
+    // SAFETY: `rd_options` is NULL or the struct `amoptions` built for this relation.
+    unsafe {
+        let raw = (*index).rd_options as *const RawOptions;
+        if raw.is_null() {
+            0
+        } else {
+            (*raw).lists.max(0) as u32
+        }
+    }
+}
+
+/// √rows, at least 1: lists of about √rows entries, so probing p lists reads p·√rows keys.
+pub fn auto_lists(rows: u64) -> u32 {
+    ((rows as f64).sqrt().round() as u32).clamp(1, MAX_LISTS as u32)
+}

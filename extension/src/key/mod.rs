@@ -1,0 +1,9 @@
+//! Skill keys: the `skills.key` type, its distance operators, and the `skeys` index.
+//!
+//! - [`datatype`]: input, output, casts, checks (512-d, f16 storage).
+//! - [`operators`]: `<#>` (negative inner product), `<=>` (cosine distance), `<->` (L2).
+//! - [`index`]: the `skeys` access method over `pg_skills_kernels::keyindex`.
+
+pub mod datatype;
+pub mod index;
+pub mod operators;

@@ -1,0 +1,215 @@
+//! On-page byte layouts of the key index, little-endian (page header: [`crate::layout`]).
+
+use half::f16;
+
+use crate::kmeans::Geometry;
+use crate::layout::{
+    check_meta, corrupt, ByteReader, ByteWriter, MetaError, PageKind, HEADER_SIZE,
+};
+use crate::page::BlockNumber;
+use crate::vector;
+
+/// "PSKK": pg_skills keys.
+pub const MAGIC: u32 = 0x5053_4b4b;
+/// Bumped whenever a layout here changes; older indexes then need REINDEX.
+pub const FORMAT_VERSION: u32 = 1;
+pub const META_BLOCK: BlockNumber = 0;
+const INDEX_KIND: &str = "skeys";
+
+/// The distance an index orders by; each is one operator class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Metric {
+    /// `<#>`: negative inner product.
+    InnerProduct = 1,
+    /// `<=>`: 1 − cosine similarity.
+    Cosine = 2,
+    /// `<->`: Euclidean distance.
+    L2 = 3,
+}
+
+impl Metric {
+    pub fn from_u8(v: u8) -> Option<Metric> {
+        Some(match v {
+            1 => Metric::InnerProduct,
+            2 => Metric::Cosine,
+            3 => Metric::L2,
+            _ => return None,
+        })
+    }
+
+    pub fn geometry(self) -> Geometry {
+        match self {
+            Metric::L2 => Geometry::Euclidean,
+            Metric::InnerProduct | Metric::Cosine => Geometry::Spherical,
+        }
+    }
+
+    /// The distance as the SQL operator returns it (smaller is nearer). The index and the
+    /// operators both call this, so their values agree exactly.
+    #[inline]
+    pub fn distance(self, a: &[f16], b: &[f16]) -> f64 {
+        match self {
+            Metric::InnerProduct => -(vector::dot_f16(a, b) as f64),
+            Metric::Cosine => vector::cos_distance_f16(a, b) as f64,
+            Metric::L2 => (vector::l2sq_f16(a, b) as f64).sqrt(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::InnerProduct => "inner product",
+            Metric::Cosine => "cosine",
+            Metric::L2 => "l2",
+        }
+    }
+}
+
+/// Block 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub dim: u16,
+    pub metric: Metric,
+    /// Lists (= centroids); at least 1.
+    pub lists: u32,
+    pub centroid_start: BlockNumber,
+    pub centroid_pages: u32,
+    pub directory_start: BlockNumber,
+    pub directory_pages: u32,
+    /// Random per build: caches of centroids are keyed by it.
+    pub build_id: u64,
+    /// Keys k-means was trained on (0: built empty; the single list takes everything).
+    pub trained_on: u64,
+}
+
+impl Meta {
+    pub fn read(page: &[u8]) -> Result<Meta, MetaError> {
+        let mut r = ByteReader::new(page, 0);
+        check_meta(&mut r, MAGIC, FORMAT_VERSION, INDEX_KIND)?;
+        let dim = r.u16();
+        let metric_byte = r.u8();
+        let Some(metric) = Metric::from_u8(metric_byte) else {
+            corrupt(format_args!("metapage names metric {metric_byte}"))
+        };
+        let _pad = r.u8();
+        let meta = Meta {
+            dim,
+            metric,
+            lists: r.u32(),
+            centroid_start: r.u32(),
+            centroid_pages: r.u32(),
+            directory_start: r.u32(),
+            directory_pages: r.u32(),
+            build_id: r.u64(),
+            trained_on: r.u64(),
+        };
+        if meta.dim == 0 || meta.lists == 0 {
+            corrupt(format_args!(
+                "metapage has {} dimensions and {} lists",
+                meta.dim, meta.lists
+            ));
+        }
+        Ok(meta)
+    }
+
+    pub fn write(&self, page: &mut [u8]) {
+        crate::layout::PageHeader::new(PageKind::Meta).write(page);
+        let mut w = ByteWriter::new(page, HEADER_SIZE);
+        w.u32(MAGIC);
+        w.u32(FORMAT_VERSION);
+        w.u16(self.dim);
+        w.u8(self.metric as u8);
+        w.u8(0);
+        w.u32(self.lists);
+        w.u32(self.centroid_start);
+        w.u32(self.centroid_pages);
+        w.u32(self.directory_start);
+        w.u32(self.directory_pages);
+        w.u64(self.build_id);
+        w.u64(self.trained_on);
+    }
+
+    pub fn entry_size(&self) -> usize {
+        entry_size(self.dim as usize)
+    }
+}
+
+/// Bytes of one list entry: TID (6), 2 reserved, the key as f16.
+pub fn entry_size(dim: usize) -> usize {
+    8 + 2 * dim
+}
+
+pub fn entries_per_page(page_size: usize, dim: usize) -> usize {
+    (page_size - HEADER_SIZE) / entry_size(dim)
+}
+
+pub fn centroids_per_page(page_size: usize, dim: usize) -> usize {
+    (page_size - HEADER_SIZE) / (4 * dim)
+}
+
+/// One list's directory entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListRef {
+    pub head: BlockNumber,
+    pub tail: BlockNumber,
+    /// A page of the list with room for an entry (VACUUM found it), or NO_BLOCK.
+    pub free: BlockNumber,
+}
+
+pub const LIST_REF_SIZE: usize = 12;
+
+pub fn list_refs_per_page(page_size: usize) -> usize {
+    (page_size - HEADER_SIZE) / LIST_REF_SIZE
+}
+
+impl ListRef {
+    pub fn read(r: &mut ByteReader) -> ListRef {
+        ListRef {
+            head: r.u32(),
+            tail: r.u32(),
+            free: r.u32(),
+        }
+    }
+    pub fn write(&self, w: &mut ByteWriter) {
+        w.u32(self.head);
+        w.u32(self.tail);
+        w.u32(self.free);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metapage_round_trip_and_version_check() {
+        let meta = Meta {
+            dim: 512,
+            metric: Metric::Cosine,
+            lists: 7,
+            centroid_start: 1,
+            centroid_pages: 3,
+            directory_start: 4,
+            directory_pages: 1,
+            build_id: 0xfeed,
+            trained_on: 99,
+        };
+        let mut page = vec![0u8; 8160];
+        meta.write(&mut page);
+        assert_eq!(Meta::read(&page), Ok(meta));
+        page[HEADER_SIZE + 4] = 9; // the version
+        let err = Meta::read(&page).unwrap_err();
+        assert!(err.to_string().contains("REINDEX required"), "{err}");
+        page[HEADER_SIZE] = 0; // the magic
+        assert_eq!(
+            Meta::read(&page),
+            Err(MetaError::NotAnIndex { index: "skeys" })
+        );
+    }
+
+    #[test]
+    fn a_512_key_fits_seven_to_a_page() {
+        assert_eq!(entries_per_page(8160, 512), 7);
+        assert_eq!(centroids_per_page(8160, 512), 3);
+    }
+}

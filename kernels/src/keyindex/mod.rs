@@ -1,0 +1,34 @@
+//! The key index: an inverted-file (IVF) index over 512-d skill keys, in pages.
+//!
+//! CREATE INDEX trains k-means centroids on a sample of the keys ([`crate::kmeans`]), then files
+//! every key under its nearest centroid: each centroid owns a *list*, a chain of pages of
+//! (heap TID, f16 key) entries. A query ranks the centroids, reads the `probes` nearest lists and
+//! computes the exact distance of every entry with the same kernel the SQL operators use, so an
+//! index distance equals the operator's distance bit for bit. A scan that needs more rows (a
+//! filtered query) probes the next lists: the iterative scan.
+//!
+//! Layout: block 0 the metapage; a contiguous run of centroid pages (f32, immutable after the
+//! build); a contiguous run of directory pages (per list: head, tail, a page with free space);
+//! then list pages. Nothing is ever freed, so readers follow chains under page locks alone:
+//! - insert: the directory page of the list is held exclusively for the whole insert (inserts
+//!   into lists of one directory page queue behind each other; an insert is one page write), the
+//!   entry goes into the free-space page or the tail, or a new page linked after the tail;
+//! - VACUUM: compacts each list page in place under its lock (entries never move between pages,
+//!   so a concurrent reader sees every live entry exactly once) and records a page with free
+//!   space in the directory for inserts to fill.
+
+pub mod build;
+pub mod format;
+pub mod insert;
+pub mod lists;
+pub mod search;
+pub mod vacuum;
+
+#[cfg(test)]
+mod tests;
+
+pub use build::{initialize, BulkLoader};
+pub use format::{Meta, Metric, FORMAT_VERSION};
+pub use insert::insert;
+pub use search::{Candidate, Centroids};
+pub use vacuum::{bulk_delete, VacuumStats};

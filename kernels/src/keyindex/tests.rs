@@ -1,0 +1,261 @@
+//! The key index against exact search, over synthetic clustered keys, in a MemoryStore.
+
+use std::collections::{BTreeMap, HashSet};
+
+use half::f16;
+
+use super::*;
+use crate::kmeans;
+use crate::layout::Tid;
+use crate::page::MemoryStore;
+use crate::rng::SplitMix64;
+use crate::synthetic::{centres, clustered};
+
+const DIM: usize = 512;
+const PAGE: usize = 8160;
+
+fn tid(i: u32) -> Tid {
+    Tid {
+        block: i / 100,
+        offset: (i % 100 + 1) as u16,
+    }
+}
+
+fn to_f16(rows: &[f32]) -> Vec<f16> {
+    rows.iter().map(|&x| f16::from_f32(x)).collect()
+}
+
+struct Fixture {
+    store: MemoryStore,
+    meta: Meta,
+    centroids: Centroids,
+    live: BTreeMap<Tid, Vec<f16>>,
+    centres: Vec<f32>,
+    next: u32,
+    seed: u64,
+}
+
+impl Fixture {
+    /// CREATE INDEX over `n` keys: train on all of them, file them with the bulk loader.
+    fn build(n: usize, lists: usize, metric: Metric, seed: u64) -> Fixture {
+        let centres = centres(64, DIM, seed);
+        let points = clustered(&centres, DIM, n, seed + 1);
+        let store = MemoryStore::new(PAGE);
+        let trained = kmeans::train(&points, DIM, lists, metric.geometry(), 8, seed);
+        let meta = initialize(&store, DIM as u16, metric, &trained, seed, n as u64);
+        let centroids = Centroids::load(&store, &meta);
+        let keys = to_f16(&points);
+        let assignment: Vec<u32> = keys
+            .chunks_exact(DIM)
+            .map(|k| centroids.nearest(k))
+            .collect();
+        let tids: Vec<Tid> = (0..n as u32).map(tid).collect();
+        let mut loader = BulkLoader::new(&store, meta);
+        // Two batches, as a build that flushes at maintenance_work_mem does.
+        let half = n / 2;
+        loader.add_batch(&assignment[..half], &tids[..half], &keys[..half * DIM]);
+        loader.add_batch(&assignment[half..], &tids[half..], &keys[half * DIM..]);
+        assert_eq!(loader.entries, n as u64);
+        let meta = loader.finish();
+        let live = tids
+            .iter()
+            .zip(keys.chunks_exact(DIM))
+            .map(|(t, k)| (*t, k.to_vec()))
+            .collect();
+        Fixture {
+            store,
+            meta,
+            centroids,
+            live,
+            centres,
+            next: n as u32,
+            seed,
+        }
+    }
+
+    fn insert(&mut self, n: usize) {
+        let points = clustered(&self.centres, DIM, n, self.seed + 100 + self.next as u64);
+        for k in to_f16(&points).chunks_exact(DIM) {
+            let t = tid(self.next);
+            self.next += 1;
+            insert(&self.store, &self.meta, &self.centroids, t, k);
+            self.live.insert(t, k.to_vec());
+        }
+    }
+
+    fn exact(&self, query: &[f16], k: usize) -> Vec<Candidate> {
+        let mut all: Vec<Candidate> = self
+            .live
+            .iter()
+            .map(|(t, key)| Candidate {
+                distance: self.meta.metric.distance(query, key),
+                tid: *t,
+            })
+            .collect();
+        all.sort_by(search::candidate_order);
+        all.truncate(k);
+        all
+    }
+
+    fn queries(&self, n: usize) -> Vec<Vec<f16>> {
+        to_f16(&clustered(&self.centres, DIM, n, self.seed + 7777))
+            .chunks_exact(DIM)
+            .map(<[f16]>::to_vec)
+            .collect()
+    }
+
+    /// Mean recall@10 at `probes`; also checks every returned entry is live and its distance exact.
+    fn recall(&self, probes: usize) -> f64 {
+        let queries = self.queries(40);
+        let mut hits = 0;
+        for q in &queries {
+            let truth: HashSet<Tid> = self.exact(q, 10).iter().map(|c| c.tid).collect();
+            let got = search::search(&self.store, &self.meta, &self.centroids, q, probes, 10);
+            for c in &got {
+                let key = self
+                    .live
+                    .get(&c.tid)
+                    .expect("the index returned a deleted or unknown entry");
+                assert_eq!(c.distance, self.meta.metric.distance(q, key));
+            }
+            assert!(got
+                .windows(2)
+                .all(|w| search::candidate_order(&w[0], &w[1]).is_le()));
+            hits += got.iter().filter(|c| truth.contains(&c.tid)).count();
+        }
+        hits as f64 / (queries.len() * 10) as f64
+    }
+}
+
+#[test]
+fn recall_at_build_after_inserts_and_after_vacuum() {
+    for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+        let mut f = Fixture::build(3000, 40, metric, 11);
+        let r = f.recall(8);
+        assert!(r >= 0.95, "{metric:?}: recall {r} at build");
+        // Probing every list is exact search.
+        assert_eq!(f.recall(40), 1.0, "{metric:?}");
+
+        f.insert(1000);
+        let r = f.recall(8);
+        assert!(r >= 0.95, "{metric:?}: recall {r} after inserts");
+
+        let mut rng = SplitMix64(5);
+        let dead: HashSet<Tid> = f
+            .live
+            .keys()
+            .copied()
+            .filter(|_| rng.below(3) == 0)
+            .collect();
+        let mut asked = HashSet::new();
+        let stats = bulk_delete(
+            &f.store,
+            &f.meta,
+            |t| {
+                assert!(asked.insert(t), "asked about {t:?} twice");
+                dead.contains(&t)
+            },
+            || {},
+        );
+        assert_eq!(stats.removed as usize, dead.len());
+        f.live.retain(|t, _| !dead.contains(t));
+        assert_eq!(stats.remaining as usize, f.live.len());
+        let r = f.recall(8);
+        assert!(r >= 0.95, "{metric:?}: recall {r} after VACUUM");
+        assert_eq!(f.recall(40), 1.0, "{metric:?}: exact after VACUUM");
+    }
+}
+
+#[test]
+fn vacuumed_space_is_reused_by_inserts() {
+    let mut f = Fixture::build(2000, 20, Metric::InnerProduct, 21);
+    f.insert(700);
+    let pages_before = f.store.num_pages();
+    let mut rng = SplitMix64(9);
+    let dead: HashSet<Tid> = f
+        .live
+        .keys()
+        .copied()
+        .filter(|_| rng.below(2) == 0)
+        .collect();
+    bulk_delete(&f.store, &f.meta, |t| dead.contains(&t), || {});
+    f.live.retain(|t, _| !dead.contains(t));
+    // Re-insert as many as were removed: the free pages VACUUM recorded take most of them.
+    f.insert(dead.len());
+    let grown = f.store.num_pages() - pages_before;
+    let added_pages = dead.len().div_ceil(7);
+    assert!(
+        grown < added_pages / 2,
+        "{grown} new pages for {} entries ({added_pages} pages' worth)",
+        dead.len()
+    );
+    assert_eq!(f.recall(20), 1.0);
+}
+
+#[test]
+fn an_index_built_empty_has_one_list_and_is_exact() {
+    let store = MemoryStore::new(PAGE);
+    let meta = initialize(&store, DIM as u16, Metric::L2, &[], 1, 0);
+    assert_eq!(meta.lists, 1);
+    let centroids = Centroids::load(&store, &meta);
+    let mut f = Fixture {
+        centres: centres(8, DIM, 3),
+        store,
+        meta,
+        centroids,
+        live: BTreeMap::new(),
+        next: 0,
+        seed: 3,
+    };
+    f.insert(300);
+    assert_eq!(f.recall(1), 1.0);
+}
+
+#[test]
+fn a_reader_of_a_different_metapage_version_is_told_to_reindex() {
+    let f = Fixture::build(50, 4, Metric::Cosine, 2);
+    use crate::page::{PageRead, PageWrite};
+    {
+        let mut page = f.store.write(format::META_BLOCK);
+        page[crate::layout::HEADER_SIZE + 4] = 2;
+    }
+    let err = Meta::read(&f.store.read(format::META_BLOCK)).unwrap_err();
+    assert!(err.to_string().contains("REINDEX required"));
+}
+
+/// Top-10 overlap of exact search over f16-stored keys with exact search over the f32 keys,
+/// on the benchmark's clustered data (where near-ties inside a cluster are the norm, so this is
+/// the hard case for reduced precision). Printed for benches/RESULTS.md.
+pub fn f16_top10_overlap(n: usize, queries: usize, seed: u64) -> f64 {
+    let c = centres(100, DIM, seed);
+    let keys = clustered(&c, DIM, n, seed + 1);
+    let qs = clustered(&c, DIM, queries, seed + 2);
+    let keys16 = to_f16(&keys);
+    let mut same = 0;
+    for q in qs.chunks_exact(DIM) {
+        let q16 = to_f16(q);
+        let top = |score: &dyn Fn(usize) -> f64| {
+            let mut idx: Vec<usize> = (0..n).collect();
+            idx.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+            idx.truncate(10);
+            idx
+        };
+        let exact32 = top(&|i| crate::vector::scalar::dot(q, &keys[i * DIM..(i + 1) * DIM]));
+        let exact16: HashSet<usize> =
+            top(&|i| -Metric::InnerProduct.distance(&q16, &keys16[i * DIM..(i + 1) * DIM]))
+                .into_iter()
+                .collect();
+        same += exact32.iter().filter(|i| exact16.contains(i)).count();
+    }
+    same as f64 / (queries * 10) as f64
+}
+
+#[test]
+fn f16_storage_keeps_rankings() {
+    let overlap = f16_top10_overlap(20_000, 50, 31);
+    eprintln!("f16 vs f32 exact top-10 overlap: {overlap:.4}");
+    assert!(
+        overlap >= 0.97,
+        "f16 keys change rankings: overlap {overlap}"
+    );
+}
