@@ -16,7 +16,8 @@ pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 /// Lists a skeys index scan reads first (the search breadth).
-pub static KEY_PROBES: GucSetting<i32> = GucSetting::<i32>::new(4);
+pub static KEY_PROBES: GucSetting<i32> =
+    GucSetting::<i32>::new(pg_skills_kernels::keyindex::DEFAULT_PROBES as i32);
 /// Lists an iterative skeys scan may read in all (0: every list).
 pub static KEY_MAX_PROBES: GucSetting<i32> = GucSetting::<i32>::new(0);
 

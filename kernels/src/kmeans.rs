@@ -28,6 +28,20 @@ pub fn train(
     iterations: usize,
     seed: u64,
 ) -> Vec<f32> {
+    train_with(sample, dim, k, geometry, iterations, seed, &mut || {})
+}
+
+/// [`train`], calling `between_steps` on the calling thread after the seeding and after each
+/// iteration (the extension checks for query cancellation there; rayon's threads never call it).
+pub fn train_with(
+    sample: &[f32],
+    dim: usize,
+    k: usize,
+    geometry: Geometry,
+    iterations: usize,
+    seed: u64,
+    between_steps: &mut dyn FnMut(),
+) -> Vec<f32> {
     assert!(
         dim > 0 && sample.len() % dim == 0,
         "sample is not a whole number of points"
@@ -39,6 +53,7 @@ pub fn train(
     }
     let mut rng = SplitMix64(seed);
     let mut centroids = plus_plus(sample, dim, k, &mut rng);
+    between_steps();
     if geometry == Geometry::Spherical {
         normalize_rows(&mut centroids, dim);
     }
@@ -67,6 +82,7 @@ pub fn train(
         if geometry == Geometry::Spherical {
             normalize_rows(&mut centroids, dim);
         }
+        between_steps();
     }
     centroids
 }

@@ -131,13 +131,13 @@ impl Fixture {
 fn recall_at_build_after_inserts_and_after_vacuum() {
     for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
         let mut f = Fixture::build(3000, 40, metric, 11);
-        let r = f.recall(8);
+        let r = f.recall(DEFAULT_PROBES);
         assert!(r >= 0.95, "{metric:?}: recall {r} at build");
         // Probing every list is exact search.
         assert_eq!(f.recall(40), 1.0, "{metric:?}");
 
         f.insert(1000);
-        let r = f.recall(8);
+        let r = f.recall(DEFAULT_PROBES);
         assert!(r >= 0.95, "{metric:?}: recall {r} after inserts");
 
         let mut rng = SplitMix64(5);
@@ -160,7 +160,7 @@ fn recall_at_build_after_inserts_and_after_vacuum() {
         assert_eq!(stats.removed as usize, dead.len());
         f.live.retain(|t, _| !dead.contains(t));
         assert_eq!(stats.remaining as usize, f.live.len());
-        let r = f.recall(8);
+        let r = f.recall(DEFAULT_PROBES);
         assert!(r >= 0.95, "{metric:?}: recall {r} after VACUUM");
         assert_eq!(f.recall(40), 1.0, "{metric:?}: exact after VACUUM");
     }

@@ -154,13 +154,16 @@ pub unsafe extern "C-unwind" fn ambuild(
         );
     }
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_TRAIN);
-    let trained = kmeans::train(
+    let trained = kmeans::train_with(
         &sample.sample,
         KEY_DIM,
         wanted,
         metric.geometry(),
         KMEANS_ITERATIONS,
         seed,
+        &mut || {
+            pg_sys::check_for_interrupts!();
+        },
     );
     drop(sample.sample);
     let meta = initialize(
