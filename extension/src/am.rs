@@ -4,6 +4,8 @@
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgMemoryContexts, PgSqlErrorCode};
 
+use pg_skills_kernels::layout::MetaError;
+
 use crate::errors::raise;
 
 /// An IndexAmRoutine for an ordering-only index (answers `ORDER BY col <op> value`, no WHERE
@@ -131,6 +133,34 @@ pub unsafe fn check_build(
             Some(column_hint),
         );
     }
+}
+
+/// A metapage as read, or an ERROR naming REINDEX when the index has another on-disk format.
+pub fn usable_meta<M>(read: Result<M, MetaError>, index: pg_sys::Relation) -> M {
+    match read {
+        Ok(meta) => meta,
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("index \"{}\": {e}", crate::bm25::relation_name(index)),
+            Some("Run REINDEX INDEX on it: the index is rebuilt in the current format."),
+        ),
+    }
+}
+
+/// amrescan's ORDER BY argument: an ERROR when the scan has none (`usage` says how the index is
+/// used), None for `ORDER BY col <op> NULL`.
+///
+/// SAFETY: the arguments are amrescan's.
+pub unsafe fn order_by_key<'a>(
+    orderbys: pg_sys::ScanKey,
+    norderbys: std::ffi::c_int,
+    usage: &str,
+) -> Option<&'a pg_sys::ScanKeyData> {
+    if norderbys < 1 || orderbys.is_null() {
+        raise(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, usage, None);
+    }
+    let key = &*orderbys;
+    (key.sk_flags & pg_sys::SK_ISNULL as i32 == 0).then_some(key)
 }
 
 pub fn report_progress(param: u32, value: i64) {

@@ -159,24 +159,41 @@ pub fn assign(centroids: &[f32], dim: usize, points: &[f32], geometry: Geometry)
 
 /// The centroid `point` belongs to: largest inner product (spherical) or smallest distance.
 pub fn nearest(centroids: &[f32], dim: usize, point: &[f32], geometry: Geometry) -> u32 {
-    let norms = half_squared_norms(centroids, dim, geometry);
-    let mut scores = vec![0.0f32; centroids.len() / dim];
-    best(centroids, &norms, point, &mut scores)
+    nearest_with(
+        centroids,
+        &half_squared_norms(centroids, dim, geometry),
+        point,
+    )
+}
+
+/// [`nearest`] with the centroids' [`half_squared_norms`] computed once by the caller.
+pub fn nearest_with(centroids: &[f32], half_norms: &[f32], point: &[f32]) -> u32 {
+    let mut scores = vec![0.0f32; half_norms.len()];
+    best(centroids, half_norms, point, &mut scores)
 }
 
 /// Centroids ordered from nearest to farthest from `point` (the probe order of a query).
 pub fn ranked(centroids: &[f32], dim: usize, point: &[f32], geometry: Geometry) -> Vec<u32> {
-    let norms = half_squared_norms(centroids, dim, geometry);
-    let mut scores = vec![0.0f32; centroids.len() / dim];
+    ranked_with(
+        centroids,
+        &half_squared_norms(centroids, dim, geometry),
+        point,
+    )
+}
+
+/// [`ranked`] with the centroids' [`half_squared_norms`] computed once by the caller.
+pub fn ranked_with(centroids: &[f32], norms: &[f32], point: &[f32]) -> Vec<u32> {
+    let mut scores = vec![0.0f32; norms.len()];
     dot_batch(point, centroids, &mut scores);
     // Larger is nearer: p·c for spheres; p·c − |c|²/2 = (|p|² − |p − c|²)/2 − const for L2.
-    let key: Vec<f32> = scores.iter().zip(&norms).map(|(s, n)| s - n).collect();
+    let key: Vec<f32> = scores.iter().zip(norms).map(|(s, n)| s - n).collect();
     let mut order: Vec<u32> = (0..key.len() as u32).collect();
     order.sort_by(|&a, &b| key[b as usize].total_cmp(&key[a as usize]).then(a.cmp(&b)));
     order
 }
 
-fn half_squared_norms(centroids: &[f32], dim: usize, geometry: Geometry) -> Vec<f32> {
+/// |c|²/2 per centroid for L2 (what turns an inner product into a distance order), 0 for spheres.
+pub fn half_squared_norms(centroids: &[f32], dim: usize, geometry: Geometry) -> Vec<f32> {
     centroids
         .chunks_exact(dim)
         .map(|c| match geometry {

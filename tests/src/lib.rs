@@ -312,6 +312,50 @@ pub fn dump_and_restore(cluster: &Cluster, db: &str, into: &str) {
     );
 }
 
+/// Crash recovery under load: `writers` client threads each call `insert(client, writer, n)` for
+/// n = 0, 1, ... (it returns the committed row's id and what finds it again, or the error that
+/// ends the thread once the server is gone); after 4 seconds the postmaster is killed with -9 and
+/// restarted. Returns every committed (id, token); asserts that more than 20 were.
+pub fn committed_across_a_crash<F>(
+    cluster: &Cluster,
+    writers: u64,
+    seed: u64,
+    insert: F,
+) -> Vec<(i64, String)>
+where
+    F: Fn(&mut Client, u64, u64) -> Result<(i64, String), postgres::Error> + Send + Sync + 'static,
+{
+    let insert = std::sync::Arc::new(insert);
+    let committed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..writers)
+        .map(|w| {
+            let (dsn, committed, insert) =
+                (cluster.dsn("postgres"), committed.clone(), insert.clone());
+            std::thread::spawn(move || {
+                let mut client = Client::connect(&dsn, NoTls).unwrap();
+                for n in 0.. {
+                    match insert(&mut client, w, n) {
+                        Ok(row) => committed.lock().unwrap().push(row),
+                        Err(_) => return, // the server went away
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.crash_and_restart();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let committed = committed.lock().unwrap().clone();
+    assert!(
+        committed.len() > 20,
+        "seed {seed}: only {} inserts before the crash",
+        committed.len()
+    );
+    committed
+}
+
 /// Installs the extension in `db` of a fresh cluster.
 pub fn setup_extension(client: &mut Client) {
     client

@@ -144,37 +144,17 @@ fn crash_recovery_keeps_every_committed_row() {
     insert_random(&mut admin, &mut rng, 100, "base");
     set_index_options(&mut admin, "append_pages = 2");
 
-    let committed = Arc::new(Mutex::new(Vec::<(i64, String)>::new()));
-    let mut writers = Vec::new();
-    for w in 0..2u64 {
-        let (dsn, committed) = (cluster.dsn("postgres"), committed.clone());
-        writers.push(std::thread::spawn(move || {
-            let mut client = Client::connect(&dsn, NoTls).unwrap();
-            let mut rng = Rng(seed + w);
-            for n in 0.. {
-                let token = format!("crashtoken{w}x{n}");
-                let instructions = format!("{} {token}", rng.words(0, 60));
-                match client.query_one(
-                    "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, $3) RETURNING id",
-                    &[&format!("c{w}-{n}"), &rng.words(2, 10), &instructions],
-                ) {
-                    Ok(row) => committed.lock().unwrap().push((row.get(0), token)),
-                    Err(_) => return, // the server went away
-                }
-            }
-        }));
-    }
-    std::thread::sleep(Duration::from_secs(4));
-    cluster.crash_and_restart();
-    for w in writers {
-        w.join().unwrap();
-    }
-    let committed = committed.lock().unwrap().clone();
-    assert!(
-        committed.len() > 20,
-        "seed {seed}: only {} inserts before the crash",
-        committed.len()
-    );
+    let committed = committed_across_a_crash(&cluster, 2, seed, move |client, w, n| {
+        // Each writer's text is a function of (seed, writer, n): no state crosses calls.
+        let mut rng = Rng(seed ^ (w << 40) ^ n.wrapping_mul(0x9e37_79b9));
+        let token = format!("crashtoken{w}x{n}");
+        let instructions = format!("{} {token}", rng.words(0, 60));
+        let row = client.query_one(
+            "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, $3) RETURNING id",
+            &[&format!("c{w}-{n}"), &rng.words(2, 10), &instructions],
+        )?;
+        Ok((row.get(0), token))
+    });
     let mut client = cluster.client();
     for (id, token) in &committed {
         let hits = search(&mut client, token, Some(1));

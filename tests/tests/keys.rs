@@ -6,9 +6,6 @@
 //! row findable" is "is it the nearest row to its own key". With `key_probes` = every list the
 //! index reads all entries, so its answer must equal a sequential scan's exactly.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use pg_skills_kernels::synthetic::{centres, clustered};
 use pg_skills_server_tests::*;
 
@@ -92,37 +89,17 @@ fn key_index_crash_recovery_keeps_every_committed_key() {
     setup_extension(&mut admin);
     create_table(&mut admin, &keys(seed, 300));
 
-    let committed = Arc::new(Mutex::new(Vec::<(i64, String)>::new()));
-    let mut writers = Vec::new();
-    for w in 0..2u64 {
-        let (dsn, committed) = (cluster.dsn("postgres"), committed.clone());
-        writers.push(std::thread::spawn(move || {
-            let mut client = Client::connect(&dsn, NoTls).unwrap();
-            for batch in 0u64.. {
-                for key in keys(seed + 1 + w + 1000 * batch, 50) {
-                    match client.query_one(
-                        "INSERT INTO key_t (key) VALUES ($1::text::skills.key) RETURNING id",
-                        &[&key],
-                    ) {
-                        Ok(row) => committed.lock().unwrap().push((row.get(0), key)),
-                        Err(_) => return, // the server went away
-                    }
-                }
-                let _ = client.batch_execute("DELETE FROM key_t WHERE id % 97 = 0");
-            }
-        }));
-    }
-    std::thread::sleep(Duration::from_secs(4));
-    cluster.crash_and_restart();
-    for w in writers {
-        w.join().unwrap();
-    }
-    let committed = committed.lock().unwrap().clone();
-    assert!(
-        committed.len() > 20,
-        "seed {seed}: only {} inserts before the crash",
-        committed.len()
-    );
+    let committed = committed_across_a_crash(&cluster, 2, seed, move |client, w, n| {
+        if n % 50 == 49 {
+            let _ = client.batch_execute("DELETE FROM key_t WHERE id % 97 = 0");
+        }
+        let key = keys(seed ^ (w << 40) ^ (n + 1), 1).remove(0);
+        let row = client.query_one(
+            "INSERT INTO key_t (key) VALUES ($1::text::skills.key) RETURNING id",
+            &[&key],
+        )?;
+        Ok((row.get(0), key))
+    });
     let mut c = cluster.client();
     for (id, key) in &committed {
         if id % 97 == 0 {

@@ -77,20 +77,13 @@ pub unsafe extern "C-unwind" fn amrescan(
 ) {
     let state = &mut *((*scan).opaque as *mut ScanState);
     *state = ScanState::default();
-    if norderbys < 1 || orderbys.is_null() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "a bm25 index can only be scanned in ORDER BY doc <&> query order",
-            None,
-        );
-    }
-    let key = &*orderbys;
-    if key.sk_flags & pg_sys::SK_ISNULL as i32 != 0 {
+    let usage = "a bm25 index can only be scanned in ORDER BY doc <&> query order";
+    let Some(key) = crate::am::order_by_key(orderbys, norderbys, usage) else {
         // ORDER BY ... <&> NULL: nothing matches, every document follows with score 0.
         state.matches_done = true;
         state.ready = true;
         return;
-    }
+    };
     let index = (*scan).indexRelation;
     let (named, query) = decode_query(key.sk_argument);
     if named != (*index).rd_id {

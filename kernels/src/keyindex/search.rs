@@ -14,6 +14,8 @@ pub struct Centroids {
     pub dim: usize,
     pub geometry: Geometry,
     pub rows: Vec<f32>,
+    /// [`kmeans::half_squared_norms`] of `rows`, computed once per load (not per key or query).
+    half_norms: Vec<f32>,
     pub build_id: u64,
 }
 
@@ -40,9 +42,11 @@ impl Centroids {
                 meta.lists
             ));
         }
+        let geometry = meta.metric.geometry();
         Centroids {
             dim,
-            geometry: meta.metric.geometry(),
+            geometry,
+            half_norms: kmeans::half_squared_norms(&rows, dim, geometry),
             rows,
             build_id: meta.build_id,
         }
@@ -54,12 +58,12 @@ impl Centroids {
 
     /// The list a key is filed under.
     pub fn nearest(&self, key: &[f16]) -> u32 {
-        kmeans::nearest(&self.rows, self.dim, &Self::widen(key), self.geometry)
+        kmeans::nearest_with(&self.rows, &self.half_norms, &Self::widen(key))
     }
 
     /// Every list, nearest first: the order a query probes them in.
     pub fn probe_order(&self, query: &[f16]) -> Vec<u32> {
-        kmeans::ranked(&self.rows, self.dim, &Self::widen(query), self.geometry)
+        kmeans::ranked_with(&self.rows, &self.half_norms, &Self::widen(query))
     }
 }
 

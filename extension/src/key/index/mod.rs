@@ -90,14 +90,7 @@ pub fn metric_of_index(index: pg_sys::Relation) -> Metric {
 
 /// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
 pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
-    match Meta::read(&store.read(META_BLOCK)) {
-        Ok(meta) => meta,
-        Err(e) => raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("index \"{}\": {e}", relation_name(index)),
-            Some("Run REINDEX INDEX on it: the index is rebuilt in the current format."),
-        ),
-    }
+    crate::am::usable_meta(Meta::read(&store.read(META_BLOCK)), index)
 }
 
 thread_local! {

@@ -72,19 +72,12 @@ pub unsafe extern "C-unwind" fn amrescan(
 ) {
     let state = &mut *((*scan).opaque as *mut ScanState);
     *state = ScanState::default();
-    if norderbys < 1 || orderbys.is_null() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "a skeys index can only be scanned in ORDER BY key <#>, <=> or <-> order",
-            None,
-        );
-    }
-    let key = &*orderbys;
     state.ready = true;
-    if key.sk_flags & pg_sys::SK_ISNULL as i32 != 0 {
+    let usage = "a skeys index can only be scanned in ORDER BY key <#>, <=> or <-> order";
+    let Some(key) = crate::am::order_by_key(orderbys, norderbys, usage) else {
         // ORDER BY key <#> NULL: every distance is NULL; the index returns nothing.
         return;
-    }
+    };
     let index = (*scan).indexRelation;
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
