@@ -6,11 +6,12 @@
 //! scoring as the index.
 //!
 //! Locks (heavyweight page locks on numbers that are not pages of data, as GIN does):
-//! - [`READERS_LOCK`]: a scan holds it shared while it computes a batch; a merge takes it
+//! - [`READERS_LOCK`]: a scan holds it shared while it computes a batch, an insert while it
+//!   appends (both follow pages a merge frees); a merge takes it
 //!   exclusively only to publish its result and free the pages it replaced (on a standby,
 //!   [`reading`] holds the metapage instead: replay takes no heavyweight locks);
 //! - [`MAINTENANCE_LOCK`]: one structural change (merge, VACUUM's tombstones and cleanup) at a
-//!   time. Inserts take neither: they only append.
+//!   time. Inserts only try it, after appending, to merge an append area past its limit.
 
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode};

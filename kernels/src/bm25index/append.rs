@@ -110,6 +110,9 @@ pub fn read_meta<S: PageRead>(store: &S) -> Meta {
 }
 
 /// Appends one document. Returns true when the append area has grown past its limit.
+///
+/// The caller keeps merges from freeing pages meanwhile (a reader of the chain; see
+/// `maintenance`): the metapage read here may name a chain a merge is freezing.
 pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> bool {
     let page_size = store.page_size();
     let parts = encode_parts(tid, doc, page_size);
@@ -132,45 +135,74 @@ pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> bool {
             // A merge froze this chain after we read the metapage: go to the new one.
             continue;
         }
-        let mut added_pages = 0;
-        for part in &parts {
-            if header.free_space(page_size) < part.len() {
-                // The new page is complete (and logged) before the link to it is.
-                let (next, mut new_guard) = store.allocate();
-                let mut new_header = PageHeader::new(PageKind::Append);
-                ByteWriter::new(&mut new_guard, HEADER_SIZE).bytes(part);
-                new_header.used += part.len() as u16;
-                new_header.count = 1;
-                new_header.write(&mut new_guard);
-                drop(new_guard);
-                header.next = next;
-                header.write(&mut guard);
-                drop(guard);
-                added_pages += 1;
-                blkno = next;
-                guard = store.write(blkno);
-                header = PageHeader::read(&guard, PageKind::Append);
-                continue;
-            }
+        // Parts that fit go on the last page; the rest onto new pages, linked only once they
+        // are complete, all while the last page stays locked: a merge freezing the chain waits
+        // for that lock, so a document is never split between a frozen chain and a new one.
+        let fitting = fitting_prefix(&parts, header.free_space(page_size));
+        for part in &parts[..fitting] {
             ByteWriter::new(&mut guard, header.used as usize).bytes(part);
             header.used += part.len() as u16;
             header.count += 1;
-            header.write(&mut guard);
         }
+        let added = append_new_pages(store, &parts[fitting..]);
+        if let Some(&first) = added.first() {
+            header.next = first;
+        }
+        header.write(&mut guard);
         drop(guard);
-        if added_pages == 0 {
+        let Some(&last) = added.last() else {
             return meta.append_pages >= meta.options.append_pages;
-        }
+        };
         let mut meta_guard = store.write(META_BLOCK);
         let mut current = Meta::read(&meta_guard).unwrap_or_else(|e| super::format::corrupt(e));
         // Pages added to a chain a merge has frozen since belong to that merge, not the count.
+        // (No merge can have freed and reused the head meanwhile: the caller holds them off.)
         if current.append_head == meta.append_head {
-            current.append_tail = blkno;
-            current.append_pages += added_pages;
+            current.append_tail = last;
+            current.append_pages += added.len() as u32;
             current.write(&mut meta_guard);
         }
         return current.append_pages >= current.options.append_pages;
     }
+}
+
+/// How many leading parts fit in `free` bytes.
+fn fitting_prefix(parts: &[Vec<u8>], mut free: usize) -> usize {
+    parts
+        .iter()
+        .take_while(|part| {
+            let fits = part.len() <= free;
+            free = free.saturating_sub(part.len());
+            fits
+        })
+        .count()
+}
+
+/// Writes `parts` onto new pages chained in order and returns them. Pages are logged last
+/// first, so each one is complete before the link to it is.
+fn append_new_pages<S: PageWrite>(store: &S, parts: &[Vec<u8>]) -> Vec<BlockNumber> {
+    let page_size = store.page_size();
+    let mut pages = Vec::new();
+    let mut rest = parts;
+    while !rest.is_empty() {
+        // An encoded part always fits an empty page.
+        let n = fitting_prefix(rest, page_size - HEADER_SIZE).max(1);
+        let (blkno, mut guard) = store.allocate();
+        let mut header = PageHeader::new(PageKind::Append);
+        for part in &rest[..n] {
+            ByteWriter::new(&mut guard, header.used as usize).bytes(part);
+            header.used += part.len() as u16;
+            header.count += 1;
+        }
+        pages.push((blkno, header, guard));
+        rest = &rest[n..];
+    }
+    let blocks: Vec<BlockNumber> = pages.iter().map(|(blkno, _, _)| *blkno).collect();
+    while let Some((_, mut header, mut guard)) = pages.pop() {
+        header.next = blocks.get(pages.len() + 1).copied().unwrap_or(NO_BLOCK);
+        header.write(&mut guard);
+    }
+    blocks
 }
 
 /// Calls `f` for every record part of the chain starting at `head`.

@@ -7,7 +7,9 @@
 //! - readers compute a batch of results under a shared lock; [`Exclusion::lock_readers_out`]
 //!   takes it exclusively around the metapage switch that publishes a change and the freeing of
 //!   the pages it replaced, so no reader ever follows a freed page;
-//! - inserts run concurrently with everything: they only touch the append area.
+//! - inserts run concurrently with merges and with [`bulk_delete`]; they only touch the append
+//!   area, but they follow chains a merge frees, so they count as readers for
+//!   [`Exclusion::lock_readers_out`].
 
 use super::append::{self, live_documents, read_meta};
 use super::dictionary::TermIter;
