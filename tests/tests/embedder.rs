@@ -1,0 +1,221 @@
+//! The embedder background worker against a real server: it keys every skill, re-keys changed
+//! ones, reports a missing model and recovers, and across a kill -9 of the postmaster neither
+//! loses nor repeats work (each key write and its queue deletion commit together).
+
+use std::time::{Duration, Instant};
+
+use pg_skills_server_tests::{
+    insert_random, model_dir, seed, setup_extension, skip, Client, Cluster, Rng,
+};
+
+const WORKER_CONF: &str = "shared_preload_libraries = 'pg_skills'\n\
+                           pg_skills.embedder_naptime = 200\n\
+                           pg_skills.embedder_batch_size = 16\n";
+
+fn skip_without_model() -> bool {
+    if skip() {
+        return true;
+    }
+    if model_dir().is_none() {
+        eprintln!("SKIPPED: no encoder model (run ./x model)");
+        return true;
+    }
+    false
+}
+
+/// (queued, failed, done, embedded_total, last_error) of skills.embedder_status.
+fn status(client: &mut Client) -> (i64, i64, i64, i64, Option<String>) {
+    let r = client
+        .query_one(
+            "SELECT queued, failed, done, embedded_total, last_error FROM skills.embedder_status",
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
+}
+
+fn wait_until(
+    client: &mut Client,
+    what: &str,
+    timeout: Duration,
+    mut done: impl FnMut(&mut Client) -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    while !done(client) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            status(client)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn skills(client: &mut Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM skills.skill", &[])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
+    if skip_without_model() {
+        return;
+    }
+    let seed = seed("embedder_worker");
+    let cluster = Cluster::start_with("embedder", 54370, WORKER_CONF);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    let mut rng = Rng(seed);
+    insert_random(&mut admin, &mut rng, 40, "a");
+    wait_until(&mut admin, "40 keys", Duration::from_secs(180), |c| {
+        let s = status(c);
+        s.0 == 0 && s.2 == 40
+    });
+    let pid: Option<i32> = admin
+        .query_one("SELECT worker_pid FROM skills.embedder_status", &[])
+        .unwrap()
+        .get(0);
+    assert!(pid.is_some(), "the worker shows in pg_stat_activity");
+    // Every key is k0 of the skill's current content with unit norm.
+    let bad: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM skills.skill_key k JOIN skills.skill s ON s.id = k.skill_id \
+             WHERE k.content_hash <> s.content_hash OR abs(skills.key_norm(k.k0) - 1) > 1e-3",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(bad, 0);
+    // The worker's key equals the one a session computes from the same text.
+    let agree: bool = admin
+        .query_one(
+            "SELECT (k.k0 OPERATOR(skills.<=>) skills.key(skills.compress(skills.embed( \
+                 concat_ws(E'\\n', nullif(btrim(s.name), ''), nullif(btrim(s.description), ''), nullif(btrim(s.instructions), '')))))) < 1e-3 \
+             FROM skills.skill_key k JOIN skills.skill s ON s.id = k.skill_id ORDER BY s.id LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(agree, "worker and session keys differ");
+    // A skill whose content changes is keyed again; one whose category alone changes is not.
+    let (id, before): (i64, String) = {
+        let r = admin
+            .query_one(
+                "SELECT skill_id, content_hash FROM skills.skill_key ORDER BY skill_id LIMIT 1",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    admin
+        .execute("UPDATE skills.skill SET instructions = instructions || ' kubernetes rollout' WHERE id = $1", &[&id])
+        .unwrap();
+    admin
+        .execute(
+            "UPDATE skills.skill SET category = 'testing' WHERE id = $1",
+            &[&(id + 1)],
+        )
+        .unwrap();
+    wait_until(
+        &mut admin,
+        "the changed skill re-keyed",
+        Duration::from_secs(60),
+        |c| {
+            let now: String = c
+                .query_one(
+                    "SELECT content_hash FROM skills.skill_key WHERE skill_id = $1",
+                    &[&id],
+                )
+                .unwrap()
+                .get(0);
+            now != before && status(c).0 == 0
+        },
+    );
+    assert_eq!(
+        status(&mut admin).3,
+        41,
+        "40 keys and one re-key, nothing twice"
+    );
+    // Semantic search answers from the keys.
+    let n: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM skills.search('deploy a service', k => 5, method => 'semantic')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 5);
+
+    // A missing model is reported, not fatal; fixing the setting resumes the work.
+    admin
+        .batch_execute("ALTER SYSTEM SET pg_skills.model_dir = '/nonexistent/model'")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    insert_random(&mut admin, &mut rng, 3, "b");
+    wait_until(
+        &mut admin,
+        "the error reported",
+        Duration::from_secs(30),
+        |c| {
+            status(c)
+                .4
+                .is_some_and(|e| e.contains("/nonexistent/model") && e.contains("missing"))
+        },
+    );
+    assert_eq!(
+        status(&mut admin).0,
+        3,
+        "the queue keeps its rows while the model is missing"
+    );
+    admin
+        .batch_execute("ALTER SYSTEM RESET pg_skills.model_dir")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(
+        &mut admin,
+        "the queue drained after the fix",
+        Duration::from_secs(60),
+        |c| status(c).0 == 0,
+    );
+    assert_eq!(status(&mut admin).2, skills(&mut admin));
+}
+
+#[test]
+fn a_crash_mid_queue_loses_and_repeats_nothing() {
+    if skip_without_model() {
+        return;
+    }
+    let seed = seed("embedder_crash");
+    let cluster = Cluster::start_with("embedder-crash", 54371, WORKER_CONF);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    let mut rng = Rng(seed);
+    insert_random(&mut admin, &mut rng, 300, "c");
+    // Crash once the worker is part-way through.
+    wait_until(&mut admin, "some keys", Duration::from_secs(120), |c| {
+        status(c).2 >= 16
+    });
+    let before_crash = status(&mut admin);
+    assert!(
+        before_crash.0 > 0,
+        "seed {seed}: the worker finished before the crash: {before_crash:?}"
+    );
+    drop(admin);
+    cluster.crash_and_restart();
+    let mut admin = cluster.client();
+    wait_until(
+        &mut admin,
+        "every key after the crash",
+        Duration::from_secs(300),
+        |c| status(c).0 == 0,
+    );
+    let (queued, failed, done, embedded_total, _) = status(&mut admin);
+    assert_eq!((queued, failed, done), (0, 0, 300));
+    assert_eq!(
+        embedded_total, 300,
+        "seed {seed}: each skill keyed exactly once across the crash"
+    );
+}
