@@ -144,8 +144,10 @@ pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator thresholds; called before the large allocations.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+        // A batch's activations are tens of MB, above the largest mmap threshold glibc accepts
+        // (32 MiB): no mmap at all, and no trimming, so freed tensors are reused.
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
         libc::mallopt(libc::M_TOP_PAD, 64 << 20);
     }
 }

@@ -146,6 +146,36 @@ fn bm25_rankings(data: &Dataset, queries: &[usize]) -> HashMap<usize, Vec<usize>
         .collect()
 }
 
+/// Embeddings of `texts`, kept in /var/tmp keyed by a hash of the texts and the model files, so a
+/// rerun with other training options skips the encoder (20k MetaTool queries take minutes).
+fn cached_embeddings(encoder: &Encoder, texts: &[String]) -> Vec<Vec<f32>> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    texts.hash(&mut h);
+    pg_skills_kernels::encoder::MODEL_MANIFEST.hash(&mut h);
+    let dir = PathBuf::from("/var/tmp/pg_skills-eval-cache");
+    let path = dir.join(format!("{:016x}.f32", h.finish()));
+    if let Ok(bytes) = std::fs::read(&path) {
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if values.len() == texts.len() * 384 {
+            return values.chunks(384).map(<[f32]>::to_vec).collect();
+        }
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let vectors = encoder.embed(&refs).expect("embed");
+    let _ = std::fs::create_dir_all(&dir);
+    let bytes: Vec<u8> = vectors
+        .iter()
+        .flatten()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let _ = std::fs::write(&path, bytes);
+    vectors
+}
+
 fn row(name: &str, m: &Metrics) -> String {
     format!(
         "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
@@ -166,10 +196,7 @@ fn main() {
 
     // Embed everything once.
     let started = Instant::now();
-    let embed = |texts: Vec<String>| -> Vec<Vec<f32>> {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        encoder.embed(&refs).expect("embed")
-    };
+    let embed = |texts: Vec<String>| -> Vec<Vec<f32>> { cached_embeddings(&encoder, &texts) };
     let t = Instant::now();
     let mt_docs = embed(
         metatool
@@ -222,63 +249,67 @@ fn main() {
     let mt_doc_index = doc_index(&metatool, 0);
     let sb_doc_index = doc_index(&skillsbench, mt_docs.len());
     let all_docs: Vec<Vec<f32>> = mt_docs.iter().chain(&sb_docs).cloned().collect();
-    let train_on = |sb_queries_used: &[usize]| -> (Compressor, compressor::TrainReport) {
-        let mut queries = Vec::new();
-        let mut pairs = Vec::new();
-        for &q in &mt_support {
-            for doc in metatool
-                .qrels
-                .get(&metatool.queries[q].0)
-                .into_iter()
-                .flat_map(|r| r.keys())
-            {
-                if let Some(&d) = mt_doc_index.get(doc) {
-                    pairs.push((queries.len(), d));
+    let train_on =
+        |with_metatool: bool, sb_queries_used: &[usize]| -> (Compressor, compressor::TrainReport) {
+            let mut queries = Vec::new();
+            let mut pairs = Vec::new();
+            for &q in mt_support.iter().filter(|_| with_metatool) {
+                for doc in metatool
+                    .qrels
+                    .get(&metatool.queries[q].0)
+                    .into_iter()
+                    .flat_map(|r| r.keys())
+                {
+                    if let Some(&d) = mt_doc_index.get(doc) {
+                        pairs.push((queries.len(), d));
+                    }
                 }
+                queries.push(mt_queries[q].clone());
             }
-            queries.push(mt_queries[q].clone());
-        }
-        for &q in sb_queries_used {
-            for doc in skillsbench
-                .qrels
-                .get(&skillsbench.queries[q].0)
-                .into_iter()
-                .flat_map(|r| r.keys())
-            {
-                if let Some(&d) = sb_doc_index.get(doc) {
-                    pairs.push((queries.len(), d));
+            for &q in sb_queries_used {
+                for doc in skillsbench
+                    .qrels
+                    .get(&skillsbench.queries[q].0)
+                    .into_iter()
+                    .flat_map(|r| r.keys())
+                {
+                    if let Some(&d) = sb_doc_index.get(doc) {
+                        pairs.push((queries.len(), d));
+                    }
                 }
+                queries.push(sb_queries[q].clone());
             }
-            queries.push(sb_queries[q].clone());
-        }
-        let set = TrainingSet {
-            queries: &queries,
-            documents: &all_docs,
-            pairs: &pairs,
+            let set = TrainingSet {
+                queries: &queries,
+                documents: &all_docs,
+                pairs: &pairs,
+            };
+            let options = TrainOptions {
+                hidden: args.hidden,
+                epochs: args.epochs,
+                seed: args.seed,
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let trained = compressor::train(&set, &options, &mut |e| {
+                if e % 5 == 0 {
+                    eprintln!("  epoch {e} ({:.0} s)", t.elapsed().as_secs_f64());
+                }
+            })
+            .expect("training");
+            eprintln!(
+                "trained on {} pairs in {:.0} s: {:?}",
+                pairs.len(),
+                t.elapsed().as_secs_f64(),
+                trained.1
+            );
+            trained
         };
-        let options = TrainOptions {
-            hidden: args.hidden,
-            epochs: args.epochs,
-            seed: args.seed,
-            ..Default::default()
-        };
-        let t = Instant::now();
-        let trained = compressor::train(&set, &options, &mut |e| {
-            if e % 5 == 0 {
-                eprintln!("  epoch {e} ({:.0} s)", t.elapsed().as_secs_f64());
-            }
-        })
-        .expect("training");
-        eprintln!(
-            "trained on {} pairs in {:.0} s: {:?}",
-            pairs.len(),
-            t.elapsed().as_secs_f64(),
-            trained.1
-        );
-        trained
-    };
-    // Fold f's compressor trains on the other fold.
-    let compressors = [train_on(&folds[1]), train_on(&folds[0])];
+    // Fold f's compressors train on the other fold: one joint with the MetaTool support split
+    // (one compressor for both libraries), one on SkillsBench alone (a compressor per library).
+    let compressors = [train_on(true, &folds[1]), train_on(true, &folds[0])];
+    let metatool_only = train_on(true, &[]);
+    let skillsbench_only = [train_on(false, &folds[1]), train_on(false, &folds[0])];
 
     let raw_keys = |docs: &[Vec<f32>]| -> Vec<Vec<f32>> {
         docs.iter()
@@ -315,8 +346,13 @@ fn main() {
         &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &raw)),
     ) + "\n");
     out += &(row(
-        "(c) compressed keys",
+        "(c) compressed keys, joint compressor",
         &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &comp)),
+    ) + "\n");
+    let own = compressed_keys(&metatool_only.0, &mt_docs);
+    out += &(row(
+        "(c) compressed keys, MetaTool-only compressor",
+        &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &own)),
     ) + "\n");
 
     // SkillsBench, cross-fitted.
@@ -342,9 +378,19 @@ fn main() {
         &evaluate(&skillsbench, &all_sb, |q| key_ranking(&sbq[q], &raw)),
     ) + "\n");
     out += &(row(
-        "(c) compressed keys",
+        "(c) compressed keys, joint compressor",
         &evaluate(&skillsbench, &all_sb, |q| {
             key_ranking(&sbq[q], &comp[fold_of(q)])
+        }),
+    ) + "\n");
+    let own: Vec<Vec<Vec<f32>>> = skillsbench_only
+        .iter()
+        .map(|c| compressed_keys(&c.0, &sb_docs))
+        .collect();
+    out += &(row(
+        "(c) compressed keys, SkillsBench-only compressor",
+        &evaluate(&skillsbench, &all_sb, |q| {
+            key_ranking(&sbq[q], &own[fold_of(q)])
         }),
     ) + "\n");
     out += &format!(
@@ -358,6 +404,18 @@ fn main() {
         compressors[0].1.validation_mrr,
         compressors[1].1.validation_mrr_raw,
         compressors[1].1.validation_mrr,
+    );
+    out += &format!(
+        "MetaTool-only: best epoch {}, validation MRR {:.3} → {:.3}; SkillsBench-only: best epochs {} and {}, validation MRR {:.3} → {:.3} and {:.3} → {:.3}\n",
+        metatool_only.1.best_epoch,
+        metatool_only.1.validation_mrr_raw,
+        metatool_only.1.validation_mrr,
+        skillsbench_only[0].1.best_epoch,
+        skillsbench_only[1].1.best_epoch,
+        skillsbench_only[0].1.validation_mrr_raw,
+        skillsbench_only[0].1.validation_mrr,
+        skillsbench_only[1].1.validation_mrr_raw,
+        skillsbench_only[1].1.validation_mrr,
     );
     out += &format!("total {:.0} s\n", started.elapsed().as_secs_f64());
     println!("{out}");
