@@ -223,13 +223,13 @@ BEGIN
         RAISE EXCEPTION 'query must not be NULL'
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the task description as text.';
     END IF;
+    IF k IS NOT NULL AND k < 1 THEN
+        RAISE EXCEPTION 'k must be at least 1, got %', k
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for no limit on the number of results.';
+    END IF;
     CASE lower(coalesce(method, 'bm25'))
     WHEN 'bm25' THEN
-        IF k IS NOT NULL AND k < 1 THEN
-            RAISE EXCEPTION 'k must be at least 1, got %', k
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Pass NULL for no limit on the number of results.';
-        END IF;
         index := skills.bm25_index();
         IF index IS NOT NULL THEN
             -- The bm25 index (its options set k1, b, weights and stemming).
@@ -247,11 +247,6 @@ BEGIN
                 ORDER BY r.score DESC, s.id;
         END IF;
     WHEN 'semantic' THEN
-        IF k IS NOT NULL AND k < 1 THEN
-            RAISE EXCEPTION 'k must be at least 1, got %', k
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Pass NULL for no limit on the number of results.';
-        END IF;
         -- Skill keys against the query key: the skeys index on skills.skill_key (k0) when there
         -- is one (the planner orders by it), an exact scan otherwise. Skills still queued for
         -- embedding have no key yet (skills.embedder_status).
