@@ -153,5 +153,6 @@ COMMENT ON FUNCTION skills.train_compressor(text, integer, integer, bigint, bool
 SELECT pg_catalog.pg_extension_config_dump('skills.compressor', '');
 SELECT pg_catalog.pg_extension_config_dump('skills.skill_key', '');
 SELECT pg_catalog.pg_extension_config_dump('skills.compressor_version_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('skills.embed_queue', '');
--- skills.embedder_progress is not dumped: counters of this server's embedder, not data.
+-- Not dumped: skills.embed_queue (restoring skills.skill fires the trigger, which queues every
+-- skill again; the restored keys serve searches until the worker has re-keyed them) and
+-- skills.embedder_progress (counters of this server's embedder, not data).
