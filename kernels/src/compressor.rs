@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::encoder::{hex, normalize, EMBEDDING_DIMS};
 use crate::rng::SplitMix64;
+use crate::vector::dot;
 
 /// Dimensions of every key.
 pub const KEY_DIMS: usize = 512;
@@ -163,10 +164,6 @@ impl Compressor {
 /// Hex sha256 of stored weights.
 pub fn checksum(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Support data: embeddings of queries and of skill documents, and which document answers
@@ -350,9 +347,7 @@ fn split_by_query(
     };
     let mut rng = SplitMix64(seed);
     let mut shuffled = queries.clone();
-    for i in (1..shuffled.len()).rev() {
-        shuffled.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    rng.shuffle(&mut shuffled);
     let wanted = ((queries.len() as f64 * fraction).round() as usize)
         .max(usize::from(queries.len() >= 2 && fraction > 0.0));
     let held: HashSet<usize> = shuffled.into_iter().take(wanted).collect();
@@ -366,9 +361,7 @@ fn distinct_document_batches(
     rng: &mut SplitMix64,
 ) -> Vec<Vec<(usize, usize)>> {
     let mut order = pairs.to_vec();
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    rng.shuffle(&mut order);
     let mut pending: VecDeque<(usize, usize)> = order.into();
     let mut batches = Vec::new();
     while !pending.is_empty() {

@@ -18,6 +18,13 @@ impl SplitMix64 {
         self.next_u64() % n.max(1)
     }
 
+    /// Shuffles `items` in place (Fisher-Yates), every order equally likely.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+
     /// Uniform in [0, 1).
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64

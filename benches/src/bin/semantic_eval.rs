@@ -25,6 +25,7 @@ use pg_skills_kernels::bm25::{Bm25Params, ReferenceScorer};
 use pg_skills_kernels::compressor::{self, Compressor, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::text::AnalyzerConfig;
+use pg_skills_kernels::vector::dot;
 
 #[derive(Parser)]
 struct Args {
@@ -87,10 +88,6 @@ fn bucket(id: &str) -> u64 {
         h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
     }
     h % 100
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Metrics of rankings: `rank(query index)` gives document indices best first.
