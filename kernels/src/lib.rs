@@ -9,6 +9,8 @@
 //! - [`layout`]: the byte layout every index page shares (header, kinds, TIDs, bounds checks).
 //! - [`page`]: the page trait index algorithms are written against, and an in-memory store.
 //! - [`bm25index`]: the BM25 index (segments, append area, block-max MaxScore, merges) over pages.
+//! - [`keyopt`]: KeyOpt corrections from execution outcomes: fit (β, Δk, cross-validation),
+//!   packed reading, the event memory and a planted-truth simulator.
 //! - [`kmeans`]: k-means over keys (the key index's lists).
 //! - [`keyindex`]: the key index (IVF lists of f16 keys) over pages.
 //! - [`encoder`]: the sentence encoder e(text) (all-MiniLM-L6-v2 in candle).
@@ -22,6 +24,7 @@ pub mod bm25index;
 pub mod compressor;
 pub mod encoder;
 pub mod keyindex;
+pub mod keyopt;
 pub mod kmeans;
 pub mod layout;
 pub mod page;
