@@ -205,7 +205,7 @@ $$;
 COMMENT ON FUNCTION skills.apply_staging() IS 'Upsert step of skills-load: applies pg_temp.skill_staging in one statement batch.';
 
 -- ---------------------------------------------------------------------------------------------
--- Search: the FastAdapt request. Only bm25 exists so far (reference sequential scorer).
+-- Search: the FastAdapt request (bm25, semantic and keyopt so far).
 -- ---------------------------------------------------------------------------------------------
 CREATE FUNCTION skills.search(
     query text,
@@ -258,9 +258,17 @@ BEGIN
             WHERE categories IS NULL OR s.category = ANY (categories)
             ORDER BY sk.k0 OPERATOR(skills.<#>) qkey, sk.skill_id
             LIMIT k;
-    WHEN 'hybrid', 'graph', 'skilltrace', 'keyopt' THEN
+    WHEN 'keyopt' THEN
+        -- Semantic candidates (6 kept + up to 4 recalled from similar past runs) scored with
+        -- the active KeyOpt round: ρ·r + β + clip((q − μ)ᵀΔk) + α·E (skills.keyopt_rank).
+        RETURN QUERY
+            SELECT s.id, s.name, s.category, r.score
+            FROM skills.keyopt_rank(query, categories::text[], k, NULL::bigint[]) AS r
+            JOIN skills.skill AS s ON s.id = r.id
+            ORDER BY r.score DESC, s.id;
+    WHEN 'hybrid', 'graph', 'skilltrace' THEN
         RAISE EXCEPTION 'search method "%" is not available in this version', method
-            USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25, semantic.';
+            USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25, semantic, keyopt.';
     ELSE
         RAISE EXCEPTION 'unknown search method "%"', method
             USING ERRCODE = 'invalid_parameter_value',

@@ -2,5 +2,6 @@
 //! drives `skills.search` in a real database (see `src/retrieval.rs`).
 
 pub mod beir;
+pub mod eval;
 pub mod metrics;
 pub mod timing;

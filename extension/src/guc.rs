@@ -31,6 +31,8 @@ pub static EMBEDDER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 /// Skills per embedder transaction.
 pub static EMBEDDER_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(32);
+/// Seconds between scheduled KeyOpt fits by the fitter worker (0: only skills.fit()).
+pub static FIT_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Longest wait of an idle embedder worker, in ms.
 pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
@@ -142,6 +144,16 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"pg_skills.fit_interval",
+        c"Time between scheduled KeyOpt fits by the fitter worker (0 = only skills.fit()).",
+        c"The worker fits when runs were recorded after the active round's last fitted run and the newest round is older than this.",
+        &FIT_INTERVAL_S,
+        0,
+        7 * 24 * 3600,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
     GucRegistry::define_bool_guc(
         c"pg_skills.bm25_stemming",
         c"Whether BM25 text analysis applies the English stemmer.",
@@ -155,7 +167,7 @@ pub fn init() {
 fn define_embedder_database() {
     GucRegistry::define_string_guc(
         c"pg_skills.embedder_database",
-        c"Database whose skills.embed_queue the embedder worker drains.",
+        c"Database the embedder and fitter workers serve.",
         c"The worker runs when pg_skills is in shared_preload_libraries; other databases call skills.embed_pending().",
         &EMBEDDER_DATABASE,
         GucContext::Postmaster,

@@ -9,11 +9,13 @@
 //! - [`storage`]: the kernels' page trait on Postgres buffers, with generic WAL (both indexes).
 //! - [`embedding`]: the sentence encoder and compressor in SQL, the embedding queue and its
 //!   background worker.
+//! - [`keyopt`]: KeyOpt rounds (fit, publish, roll back), the KeyOpt reading, the fitter worker.
 //! - [`search`]: the reference BM25 sequential scan behind `skills.search(..., method => 'bm25')`.
 
 use pgrx::prelude::*;
 
 mod am;
+mod bgworker;
 mod bm25;
 mod documents;
 mod embedding;
@@ -21,6 +23,7 @@ mod errors;
 mod fmgr;
 mod guc;
 mod key;
+mod keyopt;
 mod schema;
 mod search;
 mod storage;
@@ -33,6 +36,7 @@ pub extern "C-unwind" fn _PG_init() {
     bm25::options::register();
     key::index::options::register();
     embedding::worker::register();
+    keyopt::worker::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -22,5 +22,12 @@ pgrx::extension_sql_file!(
         embedding::training::train_compressor_weights
     ]
 );
+// Experience tables, rounds, record_run, fit, use_round, keyopt_score: after the key type, the
+// embedding SQL (skills.query_key) and the Rust functions they call.
+pgrx::extension_sql_file!(
+    "../../sql/keyopt.sql",
+    name = "keyopt",
+    requires = ["embedding", keyopt::keyopt_fit, keyopt::rank::keyopt_rank]
+);
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!("../../sql/api.sql", name = "api", finalize);

@@ -1129,4 +1129,266 @@ mod tests {
              END $$",
         );
     }
+
+    // ---------------------------------------------------------------------------------------
+    // KeyOpt: recorded runs, rounds, the reading. Need the model (task keys).
+    // ---------------------------------------------------------------------------------------
+
+    /// Runs `statement` and checks it fails with `condition` (a PL/pgSQL condition name) and a
+    /// message LIKE `like`.
+    fn assert_refused(statement: &str, condition: &str, like: &str) {
+        exec(&format!(
+            "DO $do$ DECLARE m text; BEGIN \
+                 {statement}; RAISE EXCEPTION 'not refused: %', {}; \
+             EXCEPTION WHEN {condition} THEN \
+                 GET STACKED DIAGNOSTICS m = MESSAGE_TEXT; \
+                 IF m NOT LIKE {} THEN RAISE EXCEPTION 'unexpected message: %', m; END IF; \
+             END $do$",
+            quote(statement),
+            quote(like)
+        ));
+    }
+
+    fn ids_of(rows: &[(i64, f64)]) -> Vec<i64> {
+        rows.iter().map(|r| r.0).collect()
+    }
+
+    /// 24 runs in which git-bisect (ids[4]) passes on "tests fail after a merge" tasks and the
+    /// other skills fail; 4 source questions.
+    fn record_bisect_runs(ids: &[i64]) {
+        for i in 0..24 {
+            let arms: Vec<String> = ids
+                .iter()
+                .map(|id| format!("{{\"skill_id\": {id}, \"passed\": {}}}", *id == ids[4]))
+                .collect();
+            exec(&format!(
+                "SELECT skills.record_run('my tests started failing after merging branch {i}', \
+                 '[{}]', executor => 'agent-a', source_group => 'merge-{}')",
+                arms.join(", "),
+                i % 4
+            ));
+        }
+    }
+
+    #[pg_test]
+    fn keyopt_without_rounds_or_pairs_ranks_like_semantic() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'tests started failing after a merge, which commit broke them'";
+        let semantic = search(&format!("{q}, k => 5, method => 'semantic'"));
+        let keyopt = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(ids_of(&keyopt), ids_of(&semantic));
+        for (a, b) in keyopt.iter().zip(&semantic) {
+            assert!((a.1 - b.1).abs() < 1e-6, "{keyopt:?} vs {semantic:?}");
+        }
+        // A fit with only tied runs (everything failed) gives a round of exact zeros.
+        let ids: Vec<i64> = ids_of(&semantic);
+        exec(&format!(
+            "SELECT skills.record_run('a task nothing helped with', '[{{\"skill_id\": {}, \"passed\": false}}, {{\"skill_id\": {}, \"passed\": false}}]')",
+            ids[0], ids[1]
+        ));
+        let round: i32 = one("SELECT skills.fit()");
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM skills.keyopt_skill WHERE round = {round} AND beta <> 0"
+            )),
+            0
+        );
+        assert_eq!(
+            one::<pgrx::JsonB>(&format!(
+                "SELECT settings FROM skills.keyopt_round WHERE round = {round}"
+            ))
+            .0["use_dk"],
+            serde_json::json!(false)
+        );
+        let after = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(ids_of(&after), ids_of(&semantic));
+        for (a, b) in after.iter().zip(&semantic) {
+            assert!(
+                (a.1 - b.1).abs() < 1e-6,
+                "ρ = 1 and no correction: {after:?}"
+            );
+        }
+    }
+
+    #[pg_test]
+    fn recorded_outcomes_change_the_ranking_and_rounds_roll_back() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'my tests fail since I merged a branch'";
+        let before = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_ne!(
+            before[0].0, ids[4],
+            "git-bisect is not the semantic favourite: {before:?}"
+        );
+        let empty: i32 = one("SELECT skills.fit()");
+        record_bisect_runs(&ids);
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.event"), 24);
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.event_arm"), 120);
+        assert_eq!(
+            one::<i32>("SELECT round FROM skills.event ORDER BY id LIMIT 1"),
+            empty,
+            "a run names the round that served it"
+        );
+        let round: i32 = one("SELECT skills.fit()");
+        assert_eq!(
+            one::<i32>("SELECT round FROM skills.keyopt_round WHERE active"),
+            round
+        );
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT report FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert_eq!(report.0["discordant_groups"], serde_json::json!(24));
+        assert!(report.0["chosen"].is_object(), "{}", report.0);
+        let after = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(after[0].0, ids[4], "{after:?}");
+        let (score, beta): (f64, f64) = (
+            one(&format!(
+                "SELECT (skills.keyopt_score({q}, {})).score",
+                ids[4]
+            )),
+            one(&format!(
+                "SELECT (skills.keyopt_score({q}, {})).beta",
+                ids[4]
+            )),
+        );
+        assert!(beta > 0.0);
+        assert!((score - after[0].1).abs() < 1e-5, "{score} vs {after:?}");
+        // A round stored without publishing does not change what readers see.
+        let unpublished: i32 = one("SELECT skills.keyopt_fit('test', false)");
+        assert!(unpublished > round);
+        assert_eq!(
+            one::<i32>("SELECT round FROM skills.keyopt_round WHERE active"),
+            round
+        );
+        // Roll back to the empty round: the semantic ranking again; then forward.
+        exec(&format!("SELECT skills.use_round({empty})"));
+        assert_eq!(
+            ids_of(&search(&format!("{q}, k => 5, method => 'keyopt'"))),
+            ids_of(&before)
+        );
+        exec(&format!("SELECT skills.use_round({round})"));
+        assert_eq!(
+            search(&format!("{q}, k => 5, method => 'keyopt'"))[0].0,
+            ids[4]
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.keyopt_round WHERE active"),
+            1
+        );
+        assert_refused(
+            "PERFORM skills.use_round(999)",
+            "invalid_parameter_value",
+            "no KeyOpt round 999",
+        );
+    }
+
+    #[pg_test]
+    fn record_run_validates_arms_and_flags_stale_versions() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        assert_refused(
+            "PERFORM skills.record_run('t', '[{\"skill_id\": 999999, \"passed\": true}]')",
+            "foreign_key_violation",
+            "arm 1: skill 999999 does not exist",
+        );
+        assert_refused(
+            &format!(
+                "PERFORM skills.record_run('t', '[{{\"skill_id\": {}}}]')",
+                ids[0]
+            ),
+            "invalid_parameter_value",
+            "arm 1 is malformed%",
+        );
+        assert_refused(
+            "PERFORM skills.record_run('t', '[]')",
+            "invalid_parameter_value",
+            "arms must be a non-empty JSON array",
+        );
+        assert_refused(
+            &format!(
+                "PERFORM skills.record_run('t', '[{{\"skill_id\": {0}, \"passed\": true}}, {{\"skill_id\": {0}, \"passed\": false}}]')",
+                ids[0]
+            ),
+            "unique_violation",
+            "arm 2: skill % appears twice in one run",
+        );
+        // Served at version 1, changed since: refused, or recorded stale on request.
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'Use conftest.py and scope=module.' WHERE id = {}",
+            ids[0]
+        ));
+        let served = format!(
+            "'[{{\"skill_id\": {}, \"passed\": true, \"version\": 1}}, {{\"skill_id\": {}, \"passed\": false}}]'",
+            ids[0], ids[1]
+        );
+        assert_refused(
+            &format!("PERFORM skills.record_run('write fixtures', {served})"),
+            "object_not_in_prerequisite_state",
+            "arm 1: skill % changed since it was served (served version 1, now version 2)",
+        );
+        exec(&format!(
+            "SELECT skills.record_run('write fixtures', {served}, allow_stale => true)"
+        ));
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.event_arm WHERE stale"),
+            1
+        );
+        // The fit skips the stale arm: one arm left, no pair.
+        exec("SELECT skills.embed_pending()");
+        let round: i32 = one("SELECT skills.fit()");
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT report FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert_eq!(report.0["arms"], serde_json::json!(1), "{}", report.0);
+        assert_eq!(report.0["discordant_groups"], serde_json::json!(0));
+    }
+
+    #[pg_test]
+    fn keyopt_through_the_key_index_agrees_with_the_exact_scan() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        record_bisect_runs(&ids);
+        exec("SELECT skills.fit()");
+        let queries = [
+            "'my tests fail since I merged a branch'",
+            "'slow postgres query'",
+            "'kubernetes pod restarts'",
+        ];
+        let exact: Vec<Vec<(i64, f64)>> = queries
+            .iter()
+            .map(|q| search(&format!("{q}, k => 3, method => 'keyopt'")))
+            .collect();
+        let all = search(&format!("{}, k => NULL, method => 'keyopt'", queries[0]));
+        assert_eq!(all.len(), 5, "k => NULL scores every keyed skill");
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0)");
+        exec("CREATE INDEX event_task_key ON skills.event USING skeys (task_key)");
+        exec("SET LOCAL pg_skills.key_probes = 65535");
+        exec("SET LOCAL enable_seqscan = off");
+        for (q, want) in queries.iter().zip(&exact) {
+            let got = search(&format!("{q}, k => 3, method => 'keyopt'"));
+            assert_eq!(ids_of(&got), ids_of(want), "{q}");
+            for (a, b) in got.iter().zip(want) {
+                assert!((a.1 - b.1).abs() < 1e-5, "{q}: {got:?} vs {want:?}");
+            }
+        }
+        let filtered = search(&format!(
+            "{}, categories => '{{devops_infra}}', k => 3, method => 'keyopt'",
+            queries[2]
+        ));
+        let devops: i64 = one("SELECT count(*) FROM skills.skill WHERE category = 'devops_infra'");
+        assert_eq!(filtered.len() as i64, devops.min(3));
+    }
 }

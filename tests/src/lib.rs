@@ -274,6 +274,18 @@ pub fn model_dir() -> Option<PathBuf> {
 }
 
 /// True (after saying so) when the extension is not installed: the test then passes as skipped.
+/// True (after saying why) when the server tests are skipped or the encoder model is missing.
+pub fn skip_without_model() -> bool {
+    if skip() {
+        return true;
+    }
+    if model_dir().is_none() {
+        eprintln!("SKIPPED: no encoder model (run ./x model)");
+        return true;
+    }
+    false
+}
+
 pub fn skip() -> bool {
     if !extension_installed() {
         eprintln!(

@@ -5,23 +5,12 @@
 use std::time::{Duration, Instant};
 
 use pg_skills_server_tests::{
-    insert_random, model_dir, seed, setup_extension, skip, Client, Cluster, Rng,
+    insert_random, seed, setup_extension, skip_without_model, Client, Cluster, Rng,
 };
 
 const WORKER_CONF: &str = "shared_preload_libraries = 'pg_skills'\n\
                            pg_skills.embedder_naptime = 200\n\
                            pg_skills.embedder_batch_size = 16\n";
-
-fn skip_without_model() -> bool {
-    if skip() {
-        return true;
-    }
-    if model_dir().is_none() {
-        eprintln!("SKIPPED: no encoder model (run ./x model)");
-        return true;
-    }
-    false
-}
 
 /// (queued, failed, done, embedded_total, last_error) of skills.embedder_status.
 fn status(client: &mut Client) -> (i64, i64, i64, i64, Option<String>) {

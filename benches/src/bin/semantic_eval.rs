@@ -19,13 +19,11 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use pg_skills_benches::beir::{read_qrels, read_queries, Qrels};
-use pg_skills_benches::metrics::{mean, query_metrics, Metrics};
-use pg_skills_kernels::bm25::{Bm25Params, ReferenceScorer};
+use pg_skills_benches::eval::{
+    bm25_rankings, bucket, cached_embeddings, evaluate, key_ranking, load, row, Dataset,
+};
 use pg_skills_kernels::compressor::{self, Compressor, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
-use pg_skills_kernels::text::AnalyzerConfig;
-use pg_skills_kernels::vector::dot;
 
 #[derive(Parser)]
 struct Args {
@@ -43,141 +41,6 @@ struct Args {
     epochs: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
-}
-
-struct Dataset {
-    /// (id, name, description, instructions)
-    docs: Vec<(String, String, String, String)>,
-    queries: Vec<(String, String)>,
-    qrels: Qrels,
-}
-
-fn read_corpus(dir: &Path, skill_md: bool) -> Vec<(String, String, String, String)> {
-    let text = std::fs::read_to_string(dir.join("corpus.jsonl")).expect("corpus.jsonl");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
-            let id = v["_id"].as_str().unwrap_or_default().to_string();
-            let title = v["title"].as_str().unwrap_or_default();
-            let body = v["text"].as_str().unwrap_or_default();
-            if skill_md {
-                match pg_skills_corpus::skill::parse_skill_md(body, Some(title)) {
-                    Ok(s) => (id, s.name, s.description, s.instructions),
-                    Err(_) => (id, title.to_string(), String::new(), body.to_string()),
-                }
-            } else {
-                (id, title.to_string(), body.to_string(), String::new())
-            }
-        })
-        .collect()
-}
-
-fn load(dir: &Path, skill_md: bool) -> Dataset {
-    Dataset {
-        docs: read_corpus(dir, skill_md),
-        queries: read_queries(dir).expect("queries.jsonl"),
-        qrels: read_qrels(dir).expect("qrels"),
-    }
-}
-
-/// A stable pseudo-random number in 0..100 for a query id.
-fn bucket(id: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in id.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
-    }
-    h % 100
-}
-
-/// Metrics of rankings: `rank(query index)` gives document indices best first.
-fn evaluate(
-    data: &Dataset,
-    queries: &[usize],
-    mut rank: impl FnMut(usize) -> Vec<usize>,
-) -> Metrics {
-    let per_query: Vec<Metrics> = queries
-        .iter()
-        .map(|&q| {
-            let (qid, _) = &data.queries[q];
-            let ranked: Vec<Vec<String>> = rank(q)
-                .into_iter()
-                .map(|d| vec![data.docs[d].0.clone()])
-                .collect();
-            let empty = HashMap::new();
-            let relevant = data.qrels.get(qid).unwrap_or(&empty);
-            let index: HashMap<&str, i64> = data
-                .docs
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (d.0.as_str(), i as i64))
-                .collect();
-            query_metrics(&ranked, relevant, |doc| index.get(doc).copied())
-        })
-        .collect();
-    mean(&per_query)
-}
-
-fn key_ranking(query_key: &[f32], doc_keys: &[Vec<f32>]) -> Vec<usize> {
-    let mut scored: Vec<(f32, usize)> = doc_keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (dot(query_key, k), i))
-        .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    scored.into_iter().take(10).map(|(_, i)| i).collect()
-}
-
-fn bm25_rankings(data: &Dataset, queries: &[usize]) -> HashMap<usize, Vec<usize>> {
-    let mut scorer =
-        ReferenceScorer::new(Bm25Params::default(), AnalyzerConfig { stemming: true }).unwrap();
-    for (i, (_, name, description, instructions)) in data.docs.iter().enumerate() {
-        scorer.add(i as i64, name, description, instructions);
-    }
-    queries
-        .iter()
-        .map(|&q| {
-            let hits = scorer.search(&data.queries[q].1, Some(10), |_| true);
-            (q, hits.into_iter().map(|h| h.id as usize).collect())
-        })
-        .collect()
-}
-
-/// Embeddings of `texts`, kept in /var/tmp keyed by a hash of the texts and the model files, so a
-/// rerun with other training options skips the encoder (20k MetaTool queries take minutes).
-fn cached_embeddings(encoder: &Encoder, texts: &[String]) -> Vec<Vec<f32>> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    texts.hash(&mut h);
-    pg_skills_kernels::encoder::MODEL_MANIFEST.hash(&mut h);
-    let dir = PathBuf::from("/var/tmp/pg_skills-eval-cache");
-    let path = dir.join(format!("{:016x}.f32", h.finish()));
-    if let Ok(bytes) = std::fs::read(&path) {
-        let values: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        if values.len() == texts.len() * 384 {
-            return values.chunks(384).map(<[f32]>::to_vec).collect();
-        }
-    }
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let vectors = encoder.embed(&refs).expect("embed");
-    let _ = std::fs::create_dir_all(&dir);
-    let bytes: Vec<u8> = vectors
-        .iter()
-        .flatten()
-        .flat_map(|x| x.to_le_bytes())
-        .collect();
-    let _ = std::fs::write(&path, bytes);
-    vectors
-}
-
-fn row(name: &str, m: &Metrics) -> String {
-    format!(
-        "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
-        m.ndcg_at_10, m.recall_at_10, m.hit_at_1, m.mrr_at_10
-    )
 }
 
 fn main() {
@@ -326,7 +189,7 @@ fn main() {
 
     let mut out = String::new();
     // MetaTool test split.
-    let bm25 = bm25_rankings(&metatool, &mt_test);
+    let bm25 = bm25_rankings(&metatool, &mt_test, 10);
     let raw = raw_keys(&mt_docs);
     let comp = compressed_keys(&compressors[0].0, &mt_docs);
     out += &format!(
@@ -354,7 +217,7 @@ fn main() {
 
     // SkillsBench, cross-fitted.
     let all_sb: Vec<usize> = (0..skillsbench.queries.len()).collect();
-    let bm25 = bm25_rankings(&skillsbench, &all_sb);
+    let bm25 = bm25_rankings(&skillsbench, &all_sb, 10);
     let raw = raw_keys(&sb_docs);
     let comp: Vec<Vec<Vec<f32>>> = compressors
         .iter()

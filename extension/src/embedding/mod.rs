@@ -88,7 +88,7 @@ fn embed(text: &str) -> Vec<f32> {
 
 /// The 512 values of q = normalize(pad512(e(query))); `skills.query_key` wraps them in a key.
 #[pg_extern(stable, parallel_safe)]
-fn query_key_values(query: &str) -> Vec<f32> {
+pub fn query_key_values(query: &str) -> Vec<f32> {
     compressor::query_key(&embed(query))
 }
 

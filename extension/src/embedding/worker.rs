@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
 
 use crate::guc;
@@ -17,16 +17,7 @@ pub const WORKER_TYPE: &str = "pg_skills embedder";
 const FIRST_IDLE_WAIT: Duration = Duration::from_millis(100);
 
 pub fn register() {
-    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        return;
-    }
-    BackgroundWorkerBuilder::new(WORKER_TYPE)
-        .set_type(WORKER_TYPE)
-        .set_library("pg_skills")
-        .set_function("pg_skills_embedder_main")
-        .enable_spi_access()
-        .set_restart_time(Some(Duration::from_secs(10)))
-        .load();
+    crate::bgworker::register(WORKER_TYPE, "pg_skills_embedder_main");
 }
 
 enum Round {
@@ -58,12 +49,7 @@ pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
 }
 
 fn one_round() -> Round {
-    let installed = Spi::get_one::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_skills')",
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(false);
+    let installed = crate::bgworker::extension_installed();
     if !installed {
         return Round::Idle;
     }

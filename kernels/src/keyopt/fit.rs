@@ -15,6 +15,8 @@
 //!    grouped by source question: every setting of the grid is scored by the weighted share of
 //!    held-out discordant pairs it orders correctly (per group, then averaged). The best setting
 //!    wins; ties (within `tie_tolerance`) go to the weaker correction ([`Settings::strength_order`]).
+//!    The first-stage score alone is the weakest setting of all: when no setting beats it, the
+//!    round is neutral (every correction 0), as with no pairs.
 //! 5. The chosen setting is refitted on all groups.
 //!
 //! No discordant pair anywhere ⇒ β = 0, Δk = 0, α = 0, ρ = 1: exactly the first-stage ranking.
@@ -55,8 +57,8 @@ impl Default for Grid {
     fn default() -> Grid {
         Grid {
             clips: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
-            alphas: vec![0.25, 0.5, 1.0, 2.0],
-            kappas: vec![5.0, 10.0, 20.0],
+            alphas: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
+            kappas: vec![2.5, 5.0, 10.0, 20.0],
         }
     }
 }
@@ -103,6 +105,9 @@ pub struct FitOptions {
     pub tie_tolerance: f64,
     /// Seeds the assignment of source questions to folds.
     pub seed: u64,
+    /// Held-out discordant tasks scored per fold at most (an even subsample beyond): bounds the
+    /// cost of reading the event memory during cross-validation on large histories.
+    pub cv_max_held_out: usize,
 }
 
 impl Default for FitOptions {
@@ -118,6 +123,7 @@ impl Default for FitOptions {
             max_iterations: 200,
             tie_tolerance: 1e-9,
             seed: 0x6b65_796f_7074,
+            cv_max_held_out: 2000,
         }
     }
 }
@@ -144,6 +150,8 @@ pub struct FitReport {
     pub relevance_only_accuracy: f64,
     pub cv: Vec<CvResult>,
     pub chosen: Option<Settings>,
+    /// False when cross-validation kept the first-stage ranking (no correction beat it).
+    pub corrections: bool,
     pub rho: f32,
     pub beta_iterations: usize,
     pub dk_iterations: usize,
@@ -167,6 +175,7 @@ impl FitReport {
             "relevance_only_accuracy": self.relevance_only_accuracy,
             "best_accuracy": if best.is_finite() { Some(best) } else { None },
             "chosen": self.chosen.map(|s| s.to_json()),
+            "corrections": self.corrections,
             "rho": self.rho,
             "beta_iterations": self.beta_iterations,
             "dk_iterations": self.dk_iterations,
@@ -579,10 +588,14 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
     let mut held_out = 0usize;
     for fold in 0..folds {
         let train: Vec<&Group> = groups.iter().filter(|g| fold_of(g) != fold).collect();
-        let held: Vec<&Group> = groups
+        let mut held: Vec<&Group> = groups
             .iter()
             .filter(|g| fold_of(g) == fold && !g.pairs.is_empty())
             .collect();
+        if held.len() > options.cv_max_held_out.max(1) {
+            let step = held.len().div_ceil(options.cv_max_held_out.max(1));
+            held = held.into_iter().step_by(step).collect();
+        }
         if held.is_empty() {
             continue;
         }
@@ -661,6 +674,13 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
         .iter()
         .map(|c| c.accuracy)
         .fold(f64::NEG_INFINITY, f64::max);
+    // No correction at all is the weakest setting: when no setting beats the first-stage score
+    // on held-out tasks, the round stays neutral.
+    if best <= report.relevance_only_accuracy + options.tie_tolerance {
+        report.chosen = Some(Settings::NONE);
+        report.corrections = false;
+        return neutral(mu, report);
+    }
     // The grid is weakest first: the first setting that reaches the best wins the tie.
     let chosen = report
         .cv
@@ -669,6 +689,7 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
         .map(|c| c.settings)
         .unwrap_or(Settings::NONE);
     report.chosen = Some(chosen);
+    report.corrections = true;
 
     let all: Vec<&Group> = groups.iter().collect();
     let model = fit_model(&all, n, dim, options, chosen.use_dk);

@@ -164,6 +164,9 @@ pub struct Round {
     pub rho: f32,
     pub mu: Vec<f32>,
     pub settings: Settings,
+    /// False for a neutral round (no discordant pair, or no setting beat r alone in
+    /// cross-validation): it ranks by r alone and recalls nothing.
+    pub corrections: bool,
     pub rows: Vec<f32>,
 }
 
@@ -180,6 +183,7 @@ impl Round {
             rho: fitted.rho,
             mu: fitted.mu.clone(),
             settings: fitted.settings,
+            corrections: fitted.report.corrections,
             rows,
         }
     }

@@ -15,7 +15,7 @@ SELECT count(*) FROM skills.search(repeat('ranking ', 12000), k => NULL);
 SELECT skills.tokenize('Deploying the Services!');
 SELECT try($$SELECT * FROM skills.search('x', k => 0)$$);
 SELECT try($$SELECT * FROM skills.search('x', method => 'magic')$$);
-SELECT try($$SELECT * FROM skills.search('x', method => 'keyopt')$$);
+SELECT try($$SELECT * FROM skills.search('x', method => 'hybrid')$$);
 SELECT try($$SELECT * FROM skills.search(NULL)$$);
 SELECT try($$SELECT * FROM skills.search('x', categories => '{cooking}')$$);
 -- Ties break by id.

@@ -1,0 +1,482 @@
+//! Proof that KeyOpt learns (issue 6): a planted-truth simulation, then MetaTool and SkillsBench
+//! with simulated support runs, each compared with BM25, semantic and hybrid retrieval on queries
+//! the fit never saw.
+//!
+//! 1. Planted truth: `keyopt::simulate::World` (an executor with P(pass) = σ(θ + u + vᵀ(q − μ))).
+//!    Reported: Spearman(β, u), sign agreement of the fitted and planted suitability terms,
+//!    held-out Hit@1 (the candidate with the highest planted P(pass) ranked first) for r alone and
+//!    KeyOpt, and the all-tied control (every correction must be exactly 0).
+//! 2. MetaTool: queries split at random by text (identical texts on one side; fixed seed) into
+//!    80 % support and 20 % test. A support run serves the semantic top 10 of a support query:
+//!    the labelled tool passes, every other arm fails (simulated outcomes; the labels are real).
+//!    The fit sees only support runs; the test queries are then ranked by every method.
+//! 3. SkillsBench: the 52 tasks in two folds by a hash of the task id, the skills plus the
+//!    ../shared/corpus SKILL.md files as distractors (without the skillsbench fork the tasks come
+//!    from). Each fold is ranked by a round fitted on the other fold's support runs.
+//!
+//! Keys are the raw padded MiniLM keys (the semantic reference), so the gain is KeyOpt's alone.
+//!
+//!   cargo run --release -p pg_skills_benches --bin keyopt_eval -- --shared ../shared
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+
+use pg_skills_benches::eval::{bm25_rankings, cached_embeddings, evaluate, load, row, Dataset};
+use pg_skills_kernels::compressor;
+use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
+use pg_skills_kernels::keyopt::fit::{fit, FitOptions, Fitted, SupportEvent};
+use pg_skills_kernels::keyopt::memory::{self, EventMemory};
+use pg_skills_kernels::keyopt::simulate::{spearman, World};
+use pg_skills_kernels::keyopt::{Arm, Round, Settings};
+use pg_skills_kernels::rng::SplitMix64;
+use pg_skills_kernels::vector::dot;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "../shared")]
+    shared: PathBuf,
+    #[arg(long, default_value = DEFAULT_MODEL_DIR)]
+    model: PathBuf,
+    /// Seeds the support/test split.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Skip the SkillsBench part (it embeds about 1,100 distractor documents on its first run).
+    #[arg(long)]
+    no_skillsbench: bool,
+}
+
+fn hash(seed: u64, text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in text.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+    }
+    SplitMix64(h).next_u64()
+}
+
+/// Document indices by descending key score, the first `n`.
+fn semantic_top(query: &[f32], keys: &[Vec<f32>], n: usize) -> Vec<(usize, f32)> {
+    let mut scored: Vec<(usize, f32)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (i, dot(query, k)))
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(n);
+    scored
+}
+
+/// Reciprocal-rank fusion (k = 60, equal weights) of two rankings, the first 10.
+fn rrf(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let mut score: HashMap<usize, f64> = HashMap::new();
+    for list in [a, b] {
+        for (rank, &d) in list.iter().enumerate() {
+            *score.entry(d).or_default() += 1.0 / (60.0 + rank as f64 + 1.0);
+        }
+    }
+    let mut out: Vec<(usize, f64)> = score.into_iter().collect();
+    out.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    out.into_iter().take(10).map(|(d, _)| d).collect()
+}
+
+/// The KeyOpt ranking of one query: semantic top 10, event recall (when `recall`, and the round
+/// is not neutral), scored by S.
+fn keyopt_ranking(
+    round: &Round,
+    memory: &EventMemory,
+    query: &[f32],
+    keys: &[Vec<f32>],
+    recall: bool,
+) -> Vec<usize> {
+    let semantic: Vec<i64> = semantic_top(query, keys, 10)
+        .into_iter()
+        .map(|(d, _)| d as i64)
+        .collect();
+    let neighbours = memory.neighbours(query, memory::NEIGHBOURS);
+    let recalled = if recall && round.corrections {
+        let kept: HashSet<i64> = semantic[..memory::KEPT].iter().copied().collect();
+        memory::recall(
+            &neighbours,
+            memory::RECALLED,
+            memory::RECALL_MIN_SIMILARITY,
+            |s| kept.contains(&s),
+        )
+    } else {
+        Vec::new()
+    };
+    let pool = memory::candidate_pool(&semantic, &recalled, 10);
+    let q = round.query(query);
+    let mut scored: Vec<(usize, f32)> = pool
+        .iter()
+        .map(|&(s, _)| {
+            let mut parts = round.read(s as usize, &q);
+            if round.settings.alpha != 0.0 {
+                parts.event_term = round.settings.alpha
+                    * memory::event_reading(&neighbours, s, round.settings.kappa);
+            }
+            (s as usize, parts.total())
+        })
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.into_iter().map(|(d, _)| d).collect()
+}
+
+/// Support runs: the semantic top 10 of each support query; labelled documents pass.
+fn support_runs(
+    data: &Dataset,
+    queries: &[usize],
+    query_keys: &[Vec<f32>],
+    doc_keys: &[Vec<f32>],
+    seed: u64,
+) -> Vec<SupportEvent> {
+    let doc_index: HashMap<&str, usize> = data
+        .docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.0.as_str(), i))
+        .collect();
+    queries
+        .iter()
+        .map(|&q| {
+            let (qid, text) = &data.queries[q];
+            let relevant: HashSet<usize> = data
+                .qrels
+                .get(qid)
+                .into_iter()
+                .flat_map(|r| r.keys())
+                .filter_map(|d| doc_index.get(d.as_str()).copied())
+                .collect();
+            SupportEvent {
+                key: query_keys[q].clone(),
+                pairing: hash(seed, text),
+                group: hash(seed, text),
+                arms: semantic_top(&query_keys[q], doc_keys, 10)
+                    .into_iter()
+                    .map(|(d, _)| Arm {
+                        skill: d as i64,
+                        passed: relevant.contains(&d),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn memory_of(events: &[SupportEvent]) -> EventMemory {
+    let mut memory = EventMemory::new(compressor::KEY_DIMS);
+    for e in events {
+        memory.push(&e.key, e.arms.clone());
+    }
+    memory
+}
+
+fn describe_fit(label: &str, fitted: &Fitted, seconds: f64) -> String {
+    let r = &fitted.report;
+    let best = r.cv.iter().map(|c| c.accuracy).fold(0.0f64, f64::max);
+    format!(
+        "{label}: {} events, {} arms, {} discordant and {} tied tasks, {:.0} weighted pairs; CV pair accuracy r alone {:.3}, best setting {:.3}; chosen {}{:?}; ρ {:.2}; fit {seconds:.1} s\n",
+        r.events,
+        r.arms,
+        r.discordant_groups,
+        r.tied_groups,
+        r.pairs,
+        r.relevance_only_accuracy,
+        best,
+        if r.corrections { "" } else { "no correction (r alone wins CV) " },
+        fitted.settings,
+        fitted.rho,
+    )
+}
+
+struct Methods<'a> {
+    data: &'a Dataset,
+    query_keys: &'a [Vec<f32>],
+    doc_keys: &'a [Vec<f32>],
+}
+
+impl Methods<'_> {
+    /// The table rows of every method over `test`, with the round and memory for each query.
+    fn table<'r>(
+        &self,
+        test: &[usize],
+        round_of: impl Fn(usize) -> (&'r Round, &'r EventMemory),
+    ) -> String {
+        let bm25 = bm25_rankings(self.data, test, 100);
+        let semantic = |q: usize, n: usize| -> Vec<usize> {
+            semantic_top(&self.query_keys[q], self.doc_keys, n)
+                .into_iter()
+                .map(|(d, _)| d)
+                .collect()
+        };
+        let mut out = String::from(
+            "| method | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |\n|---|---|---|---|---|\n",
+        );
+        out += &(row(
+            "BM25",
+            &evaluate(self.data, test, |q| {
+                bm25[&q][..bm25[&q].len().min(10)].to_vec()
+            }),
+        ) + "\n");
+        out += &(row(
+            "semantic (raw MiniLM keys)",
+            &evaluate(self.data, test, |q| semantic(q, 10)),
+        ) + "\n");
+        out += &(row(
+            "hybrid (RRF k = 60 of BM25 and semantic top 100)",
+            &evaluate(self.data, test, |q| rrf(&bm25[&q], &semantic(q, 100))),
+        ) + "\n");
+        out += &(row(
+            "KeyOpt without event recall",
+            &evaluate(self.data, test, |q| {
+                let (round, memory) = round_of(q);
+                keyopt_ranking(round, memory, &self.query_keys[q], self.doc_keys, false)
+            }),
+        ) + "\n");
+        out += &(row(
+            "**KeyOpt** (6 kept + up to 4 recalled)",
+            &evaluate(self.data, test, |q| {
+                let (round, memory) = round_of(q);
+                keyopt_ranking(round, memory, &self.query_keys[q], self.doc_keys, true)
+            }),
+        ) + "\n");
+        out
+    }
+}
+
+fn planted_truth() -> String {
+    let mut out = String::from("\n### Planted truth (simulated executor)\n\n");
+    let world = World::new(42, 200, 20, compressor::KEY_DIMS);
+    let support = world.support(7, 20_000, 4, 10);
+    let t = Instant::now();
+    let fitted = fit(&world.skill_keys, &support, &FitOptions::default());
+    let seconds = t.elapsed().as_secs_f64();
+    out += &describe_fit("support", &fitted, seconds);
+    let round = Round::new(&world.skill_keys, &fitted);
+    let mut rng = SplitMix64(1234);
+    let (mut agree, mut clear) = (0usize, 0usize);
+    let (mut hit_r, mut hit_k, mut pass_r, mut pass_k, mut pass_best) = (0, 0, 0.0, 0.0, 0.0);
+    let tasks = 5000;
+    for _ in 0..tasks {
+        let task = world.task(&mut rng, 0);
+        let candidates = world.candidates(&task.key, 10);
+        let q = round.query(&task.key);
+        for &s in &candidates {
+            let planted = world.suitability(&task.key, s);
+            if planted.abs() > 0.5 {
+                clear += 1;
+                agree += (dot(&q.centered, &fitted.dk[s]).signum() == planted.signum()) as usize;
+            }
+        }
+        let p = |s: usize| world.pass_probability(&task, s);
+        let best = *candidates
+            .iter()
+            .max_by(|&&a, &&b| p(a).total_cmp(&p(b)))
+            .unwrap();
+        let top = *candidates
+            .iter()
+            .max_by(|&&a, &&b| {
+                round
+                    .read(a, &q)
+                    .total()
+                    .total_cmp(&round.read(b, &q).total())
+            })
+            .unwrap();
+        hit_r += (candidates[0] == best) as usize;
+        hit_k += (top == best) as usize;
+        pass_r += p(candidates[0]) as f64;
+        pass_k += p(top) as f64;
+        pass_best += p(best) as f64;
+    }
+    let n = tasks as f64;
+    out += &format!(
+        "\n200 skills, 20 topics, 512-d keys; 20,000 support tasks (4 per source question) run with their top 10; {tasks} fresh test tasks.\n\n\
+         | measure | value |\n|---|---|\n\
+         | Spearman(β, planted u) | {:.3} |\n\
+         | sign agreement of (q − μ)ᵀΔk with planted vᵀ(q − μ), where that is > 0.5 in size ({clear} cases) | {:.3} |\n\
+         | Hit@1 (best planted P(pass) ranked first), r alone | {:.3} |\n\
+         | Hit@1, KeyOpt | {:.3} |\n\
+         | mean planted P(pass) of the first result: r alone / KeyOpt / best possible | {:.3} / {:.3} / {:.3} |\n",
+        spearman(&fitted.beta, &world.u),
+        agree as f64 / clear.max(1) as f64,
+        hit_r as f64 / n,
+        hit_k as f64 / n,
+        pass_r / n,
+        pass_k / n,
+        pass_best / n,
+    );
+    // Control: the same support with every task tied (all arms pass or all fail).
+    let tied: Vec<SupportEvent> = support
+        .iter()
+        .enumerate()
+        .map(|(i, e)| SupportEvent {
+            arms: e
+                .arms
+                .iter()
+                .map(|a| Arm {
+                    skill: a.skill,
+                    passed: i % 2 == 0,
+                })
+                .collect(),
+            ..e.clone()
+        })
+        .collect();
+    let neutral = fit(&world.skill_keys, &tied, &FitOptions::default());
+    out += &format!(
+        "| all-tied control: every β and Δk exactly 0, ρ = 1, settings none | {} |\n",
+        neutral.is_neutral() && neutral.rho == 1.0 && neutral.settings == Settings::NONE
+    );
+    out
+}
+
+fn distractors(corpus: &Path, exclude_folder: &str) -> Vec<(String, String, String, String)> {
+    let mut out = Vec::new();
+    let Ok(folders) = std::fs::read_dir(corpus) else {
+        return out;
+    };
+    let mut folders: Vec<PathBuf> = folders
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    for folder in folders {
+        if folder.file_name().is_some_and(|n| n == exclude_folder) {
+            continue;
+        }
+        for file in pg_skills_corpus::readers::skill_files(&folder).unwrap_or_default() {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            if let Ok(s) = pg_skills_corpus::skill::parse_skill_md(&text, None) {
+                out.push((
+                    format!("distractor:{}", file.display()),
+                    s.name,
+                    s.description,
+                    s.instructions,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Raw padded keys of a dataset's documents and queries (embeddings cached on disk).
+fn raw_keys(encoder: &Encoder, data: &Dataset) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let docs: Vec<String> = data
+        .docs
+        .iter()
+        .map(|d| document_text(&d.1, &d.2, &d.3))
+        .collect();
+    let queries: Vec<String> = data.queries.iter().map(|q| q.1.clone()).collect();
+    let doc_keys = cached_embeddings(encoder, &docs)
+        .iter()
+        .map(|e| compressor::skill_key(None, e))
+        .collect();
+    let query_keys = cached_embeddings(encoder, &queries)
+        .iter()
+        .map(|e| compressor::query_key(e))
+        .collect();
+    (doc_keys, query_keys)
+}
+
+fn main() {
+    let args = Args::parse();
+    let started = Instant::now();
+    let mut out = planted_truth();
+    eprintln!(
+        "planted truth done ({:.0} s)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e} (run ./x model)"));
+    pg_skills_kernels::encoder::keep_freed_memory();
+    let bench = args.shared.join("bench-data");
+
+    // MetaTool.
+    let metatool = load(&bench.join("metatool"), false);
+    let (doc_keys, query_keys) = raw_keys(&encoder, &metatool);
+    let is_test = |q: usize| hash(args.seed, &metatool.queries[q].1) % 100 < 20;
+    let test: Vec<usize> = (0..metatool.queries.len())
+        .filter(|&q| is_test(q))
+        .collect();
+    let support: Vec<usize> = (0..metatool.queries.len())
+        .filter(|&q| !is_test(q))
+        .collect();
+    let events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
+    let t = Instant::now();
+    let fitted = fit(&doc_keys, &events, &FitOptions::default());
+    let seconds = t.elapsed().as_secs_f64();
+    let round = Round::new(&doc_keys, &fitted);
+    let memory = memory_of(&events);
+    out += &format!(
+        "\n### MetaTool: {} test queries (support {} queries, split by text, seed {})\n\n",
+        test.len(),
+        support.len(),
+        args.seed
+    );
+    out += &describe_fit("fit", &fitted, seconds);
+    out += "\n";
+    let methods = Methods {
+        data: &metatool,
+        query_keys: &query_keys,
+        doc_keys: &doc_keys,
+    };
+    out += &methods.table(&test, |_| (&round, &memory));
+    eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
+
+    if !args.no_skillsbench {
+        let mut skillsbench = load(&bench.join("skillsbench-tasks"), true);
+        let own = skillsbench.docs.len();
+        skillsbench.docs.extend(distractors(
+            &args.shared.join("corpus"),
+            "KaiserWhoLearns__skillsbench",
+        ));
+        let (doc_keys, query_keys) = raw_keys(&encoder, &skillsbench);
+        let fold_of = |q: usize| (hash(args.seed, &skillsbench.queries[q].0) % 2) as usize;
+        let folds: Vec<Vec<usize>> = (0..2)
+            .map(|f| {
+                (0..skillsbench.queries.len())
+                    .filter(|&q| fold_of(q) == f)
+                    .collect()
+            })
+            .collect();
+        let mut rounds = Vec::new();
+        out += &format!(
+            "\n### SkillsBench: {} tasks, {own} skills + {} distractors from ../shared/corpus; each fold ranked by a round fitted on the other fold\n\n",
+            skillsbench.queries.len(),
+            skillsbench.docs.len() - own
+        );
+        for f in 0..2 {
+            let events = support_runs(
+                &skillsbench,
+                &folds[1 - f],
+                &query_keys,
+                &doc_keys,
+                args.seed,
+            );
+            let t = Instant::now();
+            let fitted = fit(&doc_keys, &events, &FitOptions::default());
+            out += &describe_fit(
+                &format!("fold {f}'s round"),
+                &fitted,
+                t.elapsed().as_secs_f64(),
+            );
+            rounds.push((Round::new(&doc_keys, &fitted), memory_of(&events)));
+        }
+        out += "\n";
+        let methods = Methods {
+            data: &skillsbench,
+            query_keys: &query_keys,
+            doc_keys: &doc_keys,
+        };
+        let all: Vec<usize> = (0..skillsbench.queries.len()).collect();
+        out += &methods.table(&all, |q| {
+            let (round, memory) = &rounds[fold_of(q)];
+            (round, memory)
+        });
+    }
+    out += &format!("\ntotal {:.0} s\n", started.elapsed().as_secs_f64());
+    println!("{out}");
+}

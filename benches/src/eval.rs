@@ -1,0 +1,153 @@
+//! Shared parts of the offline quality evaluations (`semantic_eval`, `keyopt_eval`): BEIR
+//! datasets read into memory, deterministic splits, rankings by BM25 and by keys, metrics over
+//! rankings, and an on-disk cache of embeddings.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::beir::{read_qrels, read_queries, Qrels};
+use crate::metrics::{mean, query_metrics, Metrics};
+use pg_skills_kernels::bm25::{Bm25Params, ReferenceScorer};
+use pg_skills_kernels::encoder::Encoder;
+use pg_skills_kernels::text::AnalyzerConfig;
+use pg_skills_kernels::vector::dot;
+
+pub struct Dataset {
+    /// (id, name, description, instructions)
+    pub docs: Vec<(String, String, String, String)>,
+    pub queries: Vec<(String, String)>,
+    pub qrels: Qrels,
+}
+
+pub fn read_corpus(dir: &Path, skill_md: bool) -> Vec<(String, String, String, String)> {
+    let text = std::fs::read_to_string(dir.join("corpus.jsonl")).expect("corpus.jsonl");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            let id = v["_id"].as_str().unwrap_or_default().to_string();
+            let title = v["title"].as_str().unwrap_or_default();
+            let body = v["text"].as_str().unwrap_or_default();
+            if skill_md {
+                match pg_skills_corpus::skill::parse_skill_md(body, Some(title)) {
+                    Ok(s) => (id, s.name, s.description, s.instructions),
+                    Err(_) => (id, title.to_string(), String::new(), body.to_string()),
+                }
+            } else {
+                (id, title.to_string(), body.to_string(), String::new())
+            }
+        })
+        .collect()
+}
+
+pub fn load(dir: &Path, skill_md: bool) -> Dataset {
+    Dataset {
+        docs: read_corpus(dir, skill_md),
+        queries: read_queries(dir).expect("queries.jsonl"),
+        qrels: read_qrels(dir).expect("qrels"),
+    }
+}
+
+/// A stable pseudo-random number in 0..100 for a query id.
+pub fn bucket(id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+    }
+    h % 100
+}
+
+/// Metrics of rankings: `rank(query index)` gives document indices best first.
+pub fn evaluate(
+    data: &Dataset,
+    queries: &[usize],
+    mut rank: impl FnMut(usize) -> Vec<usize>,
+) -> Metrics {
+    let per_query: Vec<Metrics> = queries
+        .iter()
+        .map(|&q| {
+            let (qid, _) = &data.queries[q];
+            let ranked: Vec<Vec<String>> = rank(q)
+                .into_iter()
+                .map(|d| vec![data.docs[d].0.clone()])
+                .collect();
+            let empty = HashMap::new();
+            let relevant = data.qrels.get(qid).unwrap_or(&empty);
+            let index: HashMap<&str, i64> = data
+                .docs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (d.0.as_str(), i as i64))
+                .collect();
+            query_metrics(&ranked, relevant, |doc| index.get(doc).copied())
+        })
+        .collect();
+    mean(&per_query)
+}
+
+pub fn key_ranking(query_key: &[f32], doc_keys: &[Vec<f32>]) -> Vec<usize> {
+    let mut scored: Vec<(f32, usize)> = doc_keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (dot(query_key, k), i))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().take(10).map(|(_, i)| i).collect()
+}
+
+/// The first `depth` BM25 results of each query (document indices).
+pub fn bm25_rankings(
+    data: &Dataset,
+    queries: &[usize],
+    depth: usize,
+) -> HashMap<usize, Vec<usize>> {
+    let mut scorer =
+        ReferenceScorer::new(Bm25Params::default(), AnalyzerConfig { stemming: true }).unwrap();
+    for (i, (_, name, description, instructions)) in data.docs.iter().enumerate() {
+        scorer.add(i as i64, name, description, instructions);
+    }
+    queries
+        .iter()
+        .map(|&q| {
+            let hits = scorer.search(&data.queries[q].1, Some(depth), |_| true);
+            (q, hits.into_iter().map(|h| h.id as usize).collect())
+        })
+        .collect()
+}
+
+/// Embeddings of `texts`, kept in /var/tmp keyed by a hash of the texts and the model files, so a
+/// rerun with other training options skips the encoder (20k MetaTool queries take minutes).
+pub fn cached_embeddings(encoder: &Encoder, texts: &[String]) -> Vec<Vec<f32>> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    texts.hash(&mut h);
+    pg_skills_kernels::encoder::MODEL_MANIFEST.hash(&mut h);
+    let dir = PathBuf::from("/var/tmp/pg_skills-eval-cache");
+    let path = dir.join(format!("{:016x}.f32", h.finish()));
+    if let Ok(bytes) = std::fs::read(&path) {
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if values.len() == texts.len() * 384 {
+            return values.chunks(384).map(<[f32]>::to_vec).collect();
+        }
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let vectors = encoder.embed(&refs).expect("embed");
+    let _ = std::fs::create_dir_all(&dir);
+    let bytes: Vec<u8> = vectors
+        .iter()
+        .flatten()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let _ = std::fs::write(&path, bytes);
+    vectors
+}
+
+pub fn row(name: &str, m: &Metrics) -> String {
+    format!(
+        "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
+        m.ndcg_at_10, m.recall_at_10, m.hit_at_1, m.mrr_at_10
+    )
+}

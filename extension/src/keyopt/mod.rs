@@ -1,0 +1,206 @@
+//! KeyOpt in SQL (`pg_skills_kernels::keyopt` does the arithmetic):
+//!
+//! - [`fit_round`] / `skills.keyopt_fit`: reads the recorded runs and current skill keys, fits,
+//!   and writes a round (`skills.keyopt_round`, `skills.keyopt_skill`), publishing it in the
+//!   caller's transaction so readers see the old round or the new one, never a mix;
+//! - [`rank`]: `skills.keyopt_rank`, the KeyOpt reading behind `skills.search(..., method =>
+//!   'keyopt')` and `skills.keyopt_score`;
+//! - [`worker`]: the fitter background worker (fits on a schedule).
+
+use std::collections::HashMap;
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use pg_skills_kernels::keyopt::fit::{fit, FitOptions, SupportEvent};
+use pg_skills_kernels::keyopt::{pack, packed_len, Arm};
+use pg_skills_kernels::vector::KEY_DIM;
+
+use crate::embedding::spi_error;
+use crate::errors::raise;
+
+pub mod rank;
+pub mod worker;
+
+/// Serialises fits (a fit reads everything and publishes; two at once would race to activate).
+const FIT_LOCK: i64 = 0x7067_736b_6669_74; // "pgskfit"
+
+fn stable_hash(parts: &[&str]) -> u64 {
+    // FNV-1a with a separator: pairing keys and folds only need to be stable within one fit.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0xff)) {
+            h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Skills with a current key: (id, content_hash, k0).
+fn current_keys() -> Vec<(i64, String, Vec<f32>)> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT k.skill_id, s.content_hash, k.k0::real[] \
+             FROM skills.skill_key AS k JOIN skills.skill AS s \
+               ON s.id = k.skill_id AND s.content_hash = k.content_hash \
+             ORDER BY k.skill_id",
+            None,
+            &[],
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push((
+                row.get::<i64>(1)?.expect("NOT NULL"),
+                row.get::<String>(2)?.expect("NOT NULL"),
+                row.get::<Vec<f32>>(3)?.expect("NOT NULL"),
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+struct RecordedRun {
+    id: i64,
+    key: Vec<f32>,
+    pairing: u64,
+    group: u64,
+    arms: Vec<(i64, bool)>,
+}
+
+/// Every run up to now with its usable arms (not stale, content still current).
+fn recorded_runs() -> Vec<RecordedRun> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT e.id, e.task_key::real[], e.task, coalesce(e.source_group, e.task), \
+                    e.executor, coalesce(e.budget::text, ''), \
+                    array_agg(a.skill_id ORDER BY a.skill_id), array_agg(a.passed ORDER BY a.skill_id) \
+             FROM skills.event AS e \
+             JOIN skills.event_arm AS a ON a.event_id = e.id AND NOT a.stale \
+             JOIN skills.skill AS s ON s.id = a.skill_id AND s.content_hash = a.content_hash \
+             GROUP BY e.id ORDER BY e.id",
+            None,
+            &[],
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            let text = |i| -> Result<String, pgrx::spi::Error> {
+                Ok(row.get::<String>(i)?.unwrap_or_default())
+            };
+            let (task, group, executor, budget) = (text(3)?, text(4)?, text(5)?, text(6)?);
+            let skills = row.get::<Vec<i64>>(7)?.expect("NOT NULL");
+            let passed = row.get::<Vec<bool>>(8)?.expect("NOT NULL");
+            out.push(RecordedRun {
+                id: row.get::<i64>(1)?.expect("NOT NULL"),
+                key: row.get::<Vec<f32>>(2)?.expect("NOT NULL"),
+                pairing: stable_hash(&[&task, &executor, &budget]),
+                group: stable_hash(&[&group]),
+                arms: skills.into_iter().zip(passed).collect(),
+            });
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+/// Fits a round from every usable run and stores it; `activate` publishes it. Returns the round.
+pub fn fit_round(trigger: &str, activate: bool) -> i32 {
+    Spi::run_with_args("SELECT pg_advisory_xact_lock($1)", &[FIT_LOCK.into()])
+        .unwrap_or_else(|e| spi_error(e));
+    let keys = current_keys();
+    let runs = recorded_runs();
+    let index: HashMap<i64, usize> = keys.iter().enumerate().map(|(i, k)| (k.0, i)).collect();
+    // Arms of skills without a current key cannot be read at query time: they are left out.
+    let events: Vec<SupportEvent> = runs
+        .iter()
+        .map(|r| SupportEvent {
+            key: r.key.clone(),
+            pairing: r.pairing,
+            group: r.group,
+            arms: r
+                .arms
+                .iter()
+                .filter_map(|&(skill, passed)| {
+                    index.get(&skill).map(|&i| Arm {
+                        skill: i as i64,
+                        passed,
+                    })
+                })
+                .collect(),
+        })
+        .filter(|e| !e.arms.is_empty())
+        .collect();
+    let skill_keys: Vec<Vec<f32>> = keys.iter().map(|k| k.2.clone()).collect();
+    pg_sys::check_for_interrupts!();
+    let fitted = fit(&skill_keys, &events, &FitOptions::default());
+    pg_sys::check_for_interrupts!();
+    let max_event = runs.iter().map(|r| r.id).max();
+    let mut report = fitted.report.to_json();
+    report["skills"] = keys.len().into();
+    let round: i32 = Spi::get_one_with_args(
+        "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger) \
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING round",
+        &[
+            max_event.into(),
+            fitted.rho.into(),
+            fitted.mu.clone().into(),
+            pgrx::JsonB(fitted.settings.to_json()).into(),
+            pgrx::JsonB(report.clone()).into(),
+            trigger.into(),
+        ],
+    )
+    .unwrap_or_else(|e| spi_error(e))
+    .expect("RETURNING");
+    // Rows in batches of arrays: one INSERT per 1,000 skills.
+    for chunk in (0..keys.len()).collect::<Vec<_>>().chunks(1000) {
+        let ids: Vec<i64> = chunk.iter().map(|&i| keys[i].0).collect();
+        let hashes: Vec<String> = chunk.iter().map(|&i| keys[i].1.clone()).collect();
+        let betas: Vec<f32> = chunk.iter().map(|&i| fitted.beta[i]).collect();
+        let packed: Vec<Vec<u8>> = chunk
+            .iter()
+            .map(|&i| {
+                let row = pack(&skill_keys[i], &fitted.dk[i], fitted.beta[i]);
+                debug_assert_eq!(row.len(), packed_len(KEY_DIM));
+                row.iter().flat_map(|v| v.to_le_bytes()).collect()
+            })
+            .collect();
+        Spi::run_with_args(
+            "INSERT INTO skills.keyopt_skill (round, skill_id, content_hash, beta, packed) \
+             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::real[], $5::bytea[])",
+            &[
+                round.into(),
+                ids.into(),
+                hashes.into(),
+                betas.into(),
+                packed.into(),
+            ],
+        )
+        .unwrap_or_else(|e| spi_error(e));
+    }
+    if activate {
+        Spi::run_with_args("SELECT skills.use_round($1)", &[round.into()])
+            .unwrap_or_else(|e| spi_error(e));
+    }
+    pgrx::log!(
+        "pg_skills: KeyOpt round {round} ({trigger}): {} runs, {} discordant and {} tied tasks; cross-validation chose {}; ρ {:.3}",
+        fitted.report.events,
+        fitted.report.discordant_groups,
+        fitted.report.tied_groups,
+        fitted.settings.to_json(),
+        fitted.rho
+    );
+    round
+}
+
+/// `skills.fit()` and the worker: fit, store, and (with `activate`) publish a round.
+#[pg_extern(volatile)]
+fn keyopt_fit(trigger: &str, activate: bool) -> i32 {
+    if trigger.trim().is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "a round needs a trigger label",
+            Some("Call skills.fit()."),
+        );
+    }
+    fit_round(trigger, activate)
+}

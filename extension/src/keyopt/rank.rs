@@ -1,0 +1,305 @@
+//! `skills.keyopt_rank`: the KeyOpt reading for one query.
+//!
+//! 1. The active round of this snapshot (none: S = r, the semantic ranking).
+//! 2. Semantic candidates over `skills.skill_key` (the skeys index when the planner takes it):
+//!    a pool of max(10, k); every keyed skill when k is NULL.
+//! 3. The round's memory: the `memory::NEIGHBOURS` past runs (fitted into the round) nearest the
+//!    query key, read for the event term and for event recall, which replaces the pool's tail
+//!    with up to 4 skills that passed on similar tasks (6 kept + 4 recalled for k ≤ 10). A
+//!    neutral round (no correction survived cross-validation) recalls nothing.
+//! 4. Each candidate's packed row `[k0; Δk; β]` of the round, skipped when the skill's content
+//!    changed since (a correction belongs to the content it was fitted on), and
+//!    S = ρ·r + β + clip((q − μ)ᵀΔk, −c, c) + α·E, with r the semantic score of the current key.
+
+use std::collections::{HashMap, HashSet};
+
+use pgrx::prelude::*;
+
+use pg_skills_kernels::keyopt::memory::{self, Neighbour};
+use pg_skills_kernels::keyopt::{packed_len, read_row, Arm, Parts, QueryKey, Settings};
+use pg_skills_kernels::vector::KEY_DIM;
+
+use crate::embedding::{query_key_values, spi_error};
+
+struct ActiveRound {
+    round: i32,
+    rho: f32,
+    mu: Vec<f32>,
+    settings: Settings,
+    max_event_id: Option<i64>,
+    /// False for a neutral round: no recall either.
+    corrections: bool,
+}
+
+fn active_round() -> Option<ActiveRound> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT round, rho, mu, settings, max_event_id, \
+                    coalesce((report ->> 'corrections')::boolean, false) \
+             FROM skills.keyopt_round WHERE active",
+            None,
+            &[],
+        )?;
+        let mut out = None;
+        for row in rows {
+            let settings = row.get::<pgrx::JsonB>(4)?.expect("NOT NULL").0;
+            let number = |k: &str| settings[k].as_f64().unwrap_or(0.0) as f32;
+            out = Some(ActiveRound {
+                round: row.get::<i32>(1)?.expect("NOT NULL"),
+                rho: row.get::<f32>(2)?.expect("NOT NULL"),
+                mu: row.get::<Vec<f32>>(3)?.expect("NOT NULL"),
+                settings: Settings {
+                    use_dk: settings["use_dk"].as_bool().unwrap_or(false),
+                    clip: number("clip"),
+                    alpha: number("alpha"),
+                    kappa: number("kappa"),
+                },
+                max_event_id: row.get::<i64>(5)?,
+                corrections: row.get::<bool>(6)?.unwrap_or(false),
+            });
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+/// (skill id, content hash, semantic score) rows of a candidate query.
+fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String, f32)> {
+    Spi::connect(|client| {
+        let rows = client.select(sql, None, args)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push((
+                row.get::<i64>(1)?.expect("NOT NULL"),
+                row.get::<String>(2)?.expect("NOT NULL"),
+                row.get::<f64>(3)?.expect("NOT NULL") as f32,
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+const CANDIDATE_SELECT: &str =
+    "SELECT k.skill_id, s.content_hash, -(k.k0 OPERATOR(skills.<#>) skills.key($1))::float8 \
+     FROM skills.skill_key AS k JOIN skills.skill AS s ON s.id = k.skill_id";
+
+/// The past runs nearest `key` among those the round fitted, with their usable arms.
+fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "WITH near AS ( \
+                 SELECT e.id, -(e.task_key OPERATOR(skills.<#>) skills.key($1))::float8 AS sim \
+                 FROM skills.event AS e WHERE e.id <= $2 \
+                 ORDER BY e.task_key OPERATOR(skills.<#>) skills.key($1), e.id LIMIT $3) \
+             SELECT n.id, n.sim, a.skill_id, a.passed \
+             FROM near AS n \
+             LEFT JOIN skills.event_arm AS a ON a.event_id = n.id AND NOT a.stale \
+                 AND EXISTS (SELECT 1 FROM skills.skill AS s \
+                             WHERE s.id = a.skill_id AND s.content_hash = a.content_hash) \
+             ORDER BY n.sim DESC, n.id, a.skill_id",
+            None,
+            &[
+                key.to_vec().into(),
+                max_event_id.into(),
+                (memory::NEIGHBOURS as i64).into(),
+            ],
+        )?;
+        let mut out: Vec<(i64, f32, Vec<Arm>)> = Vec::new();
+        for row in rows {
+            let id = row.get::<i64>(1)?.expect("NOT NULL");
+            let sim = row.get::<f64>(2)?.expect("NOT NULL") as f32;
+            if out.last().is_none_or(|(last, _, _)| *last != id) {
+                out.push((id, sim, Vec::new()));
+            }
+            if let (Some(skill), Some(passed)) = (row.get::<i64>(3)?, row.get::<bool>(4)?) {
+                out.last_mut()
+                    .expect("pushed")
+                    .2
+                    .push(Arm { skill, passed });
+            }
+        }
+        Ok::<_, pgrx::spi::Error>(out.into_iter().map(|(_, s, a)| (s, a)).collect())
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+/// Packed rows of `ids` in `round`: id → (content hash, floats).
+fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT skill_id, content_hash, packed FROM skills.keyopt_skill \
+             WHERE round = $1 AND skill_id = ANY($2)",
+            None,
+            &[round.into(), ids.to_vec().into()],
+        )?;
+        let mut out = HashMap::new();
+        for row in rows {
+            let bytes = row.get::<Vec<u8>>(3)?.expect("NOT NULL");
+            let floats: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            if floats.len() == packed_len(KEY_DIM) {
+                out.insert(
+                    row.get::<i64>(1)?.expect("NOT NULL"),
+                    (row.get::<String>(2)?.expect("NOT NULL"), floats),
+                );
+            }
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+/// KeyOpt ranking of `query`: best first, at most `k` rows (all keyed skills when NULL), within
+/// `categories` (NULL: all). With `only`, just those skills, no pool and no recall.
+#[pg_extern(stable)]
+fn keyopt_rank(
+    query: &str,
+    categories: Option<Vec<String>>,
+    k: Option<i32>,
+    only: Option<Vec<i64>>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(score, f64),
+        name!(relevance, f64),
+        name!(beta, f64),
+        name!(dk_term, f64),
+        name!(event_term, f64),
+        name!(recalled, bool),
+    ),
+> {
+    let key = query_key_values(query);
+    let round = active_round();
+    let pool_size = k.map(|k| (k.max(1) as usize).max(10));
+    let semantic: Vec<(i64, String, f32)> = match &only {
+        Some(ids) => candidates(
+            &format!("{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1"),
+            &[key.clone().into(), ids.clone().into()],
+        ),
+        None => candidates(
+            &format!(
+                "{CANDIDATE_SELECT} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
+                 ORDER BY k.k0 OPERATOR(skills.<#>) skills.key($1), k.skill_id LIMIT $3"
+            ),
+            &[
+                key.clone().into(),
+                categories.clone().into(),
+                pool_size.map(|p| p as i64).into(),
+            ],
+        ),
+    };
+    let memory_rows = match &round {
+        Some(ActiveRound {
+            max_event_id: Some(max),
+            settings,
+            corrections: true,
+            ..
+        }) if settings.alpha != 0.0 || (only.is_none() && pool_size.is_some()) => {
+            neighbours(&key, *max)
+        }
+        _ => Vec::new(),
+    };
+    let near: Vec<Neighbour> = memory_rows
+        .iter()
+        .map(|(similarity, arms)| Neighbour {
+            similarity: *similarity,
+            arms,
+        })
+        .collect();
+
+    // The pool: semantic candidates, with recall replacing the tail.
+    let mut info: HashMap<i64, (String, f32)> = semantic
+        .iter()
+        .map(|(id, hash, r)| (*id, (hash.clone(), *r)))
+        .collect();
+    let semantic_ids: Vec<i64> = semantic.iter().map(|c| c.0).collect();
+    let recall = round.as_ref().is_some_and(|r| r.corrections);
+    let pool: Vec<(i64, bool)> = match pool_size {
+        Some(size) if only.is_none() && recall && !near.is_empty() => {
+            let kept: HashSet<i64> = semantic_ids
+                .iter()
+                .take(size.saturating_sub(memory::RECALLED))
+                .copied()
+                .collect();
+            let wanted = memory::recall(&near, usize::MAX, memory::RECALL_MIN_SIMILARITY, |s| {
+                kept.contains(&s)
+            });
+            // Recalled skills must have a current key and be in the requested pools.
+            let usable = candidates(
+                &format!(
+                    "{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) \
+                     AND ($3::text[] IS NULL OR s.category::text = ANY($3))"
+                ),
+                &[key.clone().into(), wanted.clone().into(), categories.into()],
+            );
+            for (id, hash, r) in usable {
+                info.insert(id, (hash, r));
+            }
+            let recalled: Vec<i64> = wanted
+                .into_iter()
+                .filter(|id| info.contains_key(id))
+                .take(memory::RECALLED)
+                .collect();
+            memory::candidate_pool(&semantic_ids, &recalled, size)
+        }
+        _ => semantic_ids.iter().map(|&id| (id, false)).collect(),
+    };
+
+    let mut rows: Vec<(i64, Parts, bool)> = match &round {
+        None => pool
+            .iter()
+            .map(|&(id, recalled)| {
+                let parts = Parts {
+                    relevance: info[&id].1,
+                    ..Parts::default()
+                };
+                (id, parts, recalled)
+            })
+            .collect(),
+        Some(round) => {
+            let ids: Vec<i64> = pool.iter().map(|p| p.0).collect();
+            let packed = packed_rows(round.round, &ids);
+            let q = QueryKey::new(&key, &round.mu);
+            pool.iter()
+                .map(|&(id, recalled)| {
+                    let (hash, r) = &info[&id];
+                    let mut parts = match packed.get(&id) {
+                        Some((fitted_hash, row)) if fitted_hash == hash => {
+                            read_row(row, &q, round.rho, &round.settings)
+                        }
+                        _ => Parts::default(),
+                    };
+                    // r of the current key (the same as the row's k0 unless the compressor
+                    // changed since the fit).
+                    parts.relevance = round.rho * r;
+                    if round.settings.alpha != 0.0 {
+                        parts.event_term = round.settings.alpha
+                            * memory::event_reading(&near, id, round.settings.kappa);
+                    }
+                    (id, parts, recalled)
+                })
+                .collect()
+        }
+    };
+    rows.sort_by(|a, b| b.1.total().total_cmp(&a.1.total()).then(a.0.cmp(&b.0)));
+    if only.is_none() {
+        if let Some(k) = k {
+            rows.truncate(k.max(0) as usize);
+        }
+    }
+    TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
+        (
+            id,
+            p.total() as f64,
+            p.relevance as f64,
+            p.beta as f64,
+            p.dk_term as f64,
+            p.event_term as f64,
+            recalled,
+        )
+    }))
+}

@@ -1,0 +1,63 @@
+//! The fitter background worker (registered when pg_skills is in shared_preload_libraries).
+//!
+//! It serves `pg_skills.embedder_database` (the database both workers serve). Every
+//! `pg_skills.fit_interval` (0: never; `skills.fit()` fits on request in any session) it fits a
+//! new round when runs were recorded after the active round's last fitted run, and publishes it
+//! in the same transaction. A fit that fails ends the worker with the error in the server log;
+//! the postmaster starts it again after 10 s.
+
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
+use pgrx::prelude::*;
+
+use crate::guc;
+
+pub const WORKER_TYPE: &str = "pg_skills fitter";
+/// How often the worker looks at the clock and the setting.
+const POLL: Duration = Duration::from_secs(5);
+
+pub fn register() {
+    crate::bgworker::register(WORKER_TYPE, "pg_skills_fitter_main");
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = guc::embedder_database();
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    log!("{WORKER_TYPE}: started in database \"{database}\"");
+    while BackgroundWorker::wait_latch(Some(POLL)) {
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        let interval = guc::FIT_INTERVAL_S.get();
+        if interval <= 0 {
+            continue;
+        }
+        BackgroundWorker::transaction(|| {
+            if due(interval) {
+                super::fit_round("schedule", true);
+            }
+        });
+    }
+    log!("{WORKER_TYPE}: exiting");
+}
+
+/// True when the extension is installed, runs were recorded after the active round's last
+/// fitted run, and the newest round is at least `interval` seconds old.
+fn due(interval: i32) -> bool {
+    let installed = crate::bgworker::extension_installed();
+    installed
+        && Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT FROM skills.event AS e WHERE e.id > coalesce( \
+                     (SELECT r.max_event_id FROM skills.keyopt_round AS r WHERE r.active), 0)) \
+                 AND coalesce((SELECT max(r.created_at) FROM skills.keyopt_round AS r), '-infinity') \
+                     <= now() - make_interval(secs => $1)",
+            &[(interval as f64).into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}

@@ -1,0 +1,149 @@
+//! KeyOpt against a real server: the fitter worker fits on its schedule and publishes a round
+//! that `skills.search(..., method => 'keyopt')` then reads; the experience tables and rounds
+//! survive pg_dump / pg_restore and rank the same afterwards.
+
+use std::time::{Duration, Instant};
+
+use pg_skills_server_tests::{
+    dump_and_restore, setup_extension, skip_without_model, Client, Cluster,
+};
+
+const CONF: &str = "shared_preload_libraries = 'pg_skills'\n\
+                    pg_skills.embedder_naptime = 200\n\
+                    pg_skills.fit_interval = 1\n";
+
+fn wait_for(client: &mut Client, what: &str, sql: &str) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let done: bool = client.query_one(sql, &[]).unwrap().get(0);
+        if done {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn keyopt(client: &mut Client, query: &str) -> Vec<(String, f64)> {
+    client
+        .query(
+            "SELECT s.name, r.score FROM skills.search($1, k => 3, method => 'keyopt') AS r \
+             JOIN skills.skill AS s USING (id)",
+            &[&query],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+const SKILLS: &[(&str, &str)] = &[
+    (
+        "pytest-fixtures",
+        "Share database setup between pytest tests with fixtures",
+    ),
+    (
+        "kubernetes-probes",
+        "Configure liveness and readiness probes for a deployment",
+    ),
+    (
+        "rust-backtrace",
+        "Find where a Rust program panicked with RUST_BACKTRACE",
+    ),
+    (
+        "sql-index-tuning",
+        "Speed up slow PostgreSQL queries with the right index",
+    ),
+    (
+        "git-bisect",
+        "Find the commit that introduced a bug with git bisect",
+    ),
+];
+
+#[test]
+fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_them() {
+    if skip_without_model() {
+        return;
+    }
+    let cluster = Cluster::start_with("fitter", 54372, CONF);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    for (name, description) in SKILLS {
+        admin
+            .execute(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, '')",
+                &[name, description],
+            )
+            .unwrap();
+    }
+    wait_for(
+        &mut admin,
+        "keys",
+        "SELECT queued = 0 AND done = 5 FROM skills.embedder_status",
+    );
+    wait_for(
+        &mut admin,
+        "the fitter in pg_stat_activity",
+        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'pg_skills fitter')",
+    );
+    let query = "my tests fail since I merged a branch";
+    let before = keyopt(&mut admin, query);
+    assert_ne!(before[0].0, "git-bisect", "{before:?}");
+    // Runs where git-bisect passed and every other skill failed.
+    for i in 0..16 {
+        admin
+            .execute(
+                "SELECT skills.record_run($1, \
+                     (SELECT jsonb_agg(jsonb_build_object('skill_id', id, 'passed', name = 'git-bisect')) \
+                      FROM skills.skill), \
+                     executor => 'agent', source_group => $2)",
+                &[
+                    &format!("my tests started failing after merging branch {i}"),
+                    &format!("merge-{}", i % 4),
+                ],
+            )
+            .unwrap();
+    }
+    wait_for(
+        &mut admin,
+        "a scheduled round",
+        "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
+                        AND max_event_id = (SELECT max(id) FROM skills.event))",
+    );
+    let after = keyopt(&mut admin, query);
+    assert_eq!(after[0].0, "git-bisect", "{after:?}");
+    // Nothing new recorded: the worker does not fit again.
+    let rounds: i64 = admin
+        .query_one("SELECT count(*) FROM skills.keyopt_round", &[])
+        .unwrap()
+        .get(0);
+    std::thread::sleep(Duration::from_secs(3));
+    let again: i64 = admin
+        .query_one("SELECT count(*) FROM skills.keyopt_round", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rounds, again, "no new runs, no new round");
+
+    // pg_dump / pg_restore keep the runs, the rounds and the ranking.
+    dump_and_restore(&cluster, "postgres", "restored");
+    let mut restored = cluster.client_db("restored");
+    for table in [
+        "skills.event",
+        "skills.event_arm",
+        "skills.keyopt_round",
+        "skills.keyopt_skill",
+    ] {
+        let count = |c: &mut Client| -> i64 {
+            c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(count(&mut restored), count(&mut admin), "{table}");
+    }
+    let ranked = keyopt(&mut restored, query);
+    assert_eq!(ranked[0].0, "git-bisect", "{ranked:?}");
+    for (a, b) in ranked.iter().zip(&after) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() < 1e-5, "{ranked:?} vs {after:?}");
+    }
+}
