@@ -205,76 +205,30 @@ $$;
 COMMENT ON FUNCTION skills.apply_staging() IS 'Upsert step of skills-load: applies pg_temp.skill_staging in one statement batch.';
 
 -- ---------------------------------------------------------------------------------------------
--- Search: the FastAdapt request (bm25, semantic and keyopt so far).
+-- Search: the FastAdapt request. The ranking, limits and score parts are computed by
+-- skills.search_ranked (extension/src/search/); this adds each skill's name and category.
 -- ---------------------------------------------------------------------------------------------
 CREATE FUNCTION skills.search(
     query text,
-    categories skills.category[] DEFAULT NULL,
-    k integer DEFAULT 10,
-    method text DEFAULT 'bm25')
-RETURNS TABLE (id bigint, name text, category skills.category, score double precision)
-LANGUAGE plpgsql STABLE
+    categories text[] DEFAULT NULL,
+    k integer DEFAULT NULL,
+    token_budget integer DEFAULT NULL,
+    min_score double precision DEFAULT NULL,
+    method text DEFAULT 'keyopt',
+    bm25_weight double precision DEFAULT 1,
+    semantic_weight double precision DEFAULT 1)
+RETURNS TABLE (id bigint, name text, category skills.category, score double precision,
+               tokens integer, bm25 double precision, semantic double precision,
+               graph double precision, beta double precision, dk_term double precision,
+               event_term double precision)
+LANGUAGE sql STABLE
 AS $$
-DECLARE
-    index regclass;
-    qkey skills.key;
-BEGIN
-    IF query IS NULL THEN
-        RAISE EXCEPTION 'query must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the task description as text.';
-    END IF;
-    IF k IS NOT NULL AND k < 1 THEN
-        RAISE EXCEPTION 'k must be at least 1, got %', k
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Pass NULL for no limit on the number of results.';
-    END IF;
-    CASE lower(coalesce(method, 'bm25'))
-    WHEN 'bm25' THEN
-        index := skills.bm25_index();
-        IF index IS NOT NULL THEN
-            -- The bm25 index (its options set k1, b, weights and stemming).
-            RETURN QUERY
-                SELECT s.id, s.name, s.category, r.score
-                FROM skills.bm25_index_search(query, k, categories, index) AS r
-                JOIN skills.skill AS s ON s.id = r.id
-                ORDER BY r.score DESC, s.id;
-        ELSE
-            -- No index: the reference scan (GUCs pg_skills.bm25_*).
-            RETURN QUERY
-                SELECT s.id, s.name, s.category, r.score
-                FROM skills.bm25_scan(query, k, categories::text[]) AS r
-                JOIN skills.skill AS s ON s.id = r.id
-                ORDER BY r.score DESC, s.id;
-        END IF;
-    WHEN 'semantic' THEN
-        -- Skill keys against the query key: the skeys index on skills.skill_key (k0) when there
-        -- is one (the planner orders by it), an exact scan otherwise. Skills still queued for
-        -- embedding have no key yet (skills.embedder_status).
-        qkey := skills.query_key(query);
-        RETURN QUERY
-            SELECT s.id, s.name, s.category, (-(sk.k0 OPERATOR(skills.<#>) qkey))::double precision
-            FROM skills.skill_key AS sk
-            JOIN skills.skill AS s ON s.id = sk.skill_id
-            WHERE categories IS NULL OR s.category = ANY (categories)
-            ORDER BY sk.k0 OPERATOR(skills.<#>) qkey, sk.skill_id
-            LIMIT k;
-    WHEN 'keyopt' THEN
-        -- Semantic candidates (6 kept + up to 4 recalled from similar past runs) scored with
-        -- the active KeyOpt round: ρ·r + β + clip((q − μ)ᵀΔk) + α·E (skills.keyopt_rank).
-        RETURN QUERY
-            SELECT s.id, s.name, s.category, r.score
-            FROM skills.keyopt_rank(query, categories::text[], k, NULL::bigint[]) AS r
-            JOIN skills.skill AS s ON s.id = r.id
-            ORDER BY r.score DESC, s.id;
-    WHEN 'hybrid', 'graph', 'skilltrace' THEN
-        RAISE EXCEPTION 'search method "%" is not available in this version', method
-            USING ERRCODE = 'feature_not_supported', HINT = 'Available now: bm25, semantic, keyopt.';
-    ELSE
-        RAISE EXCEPTION 'unknown search method "%"', method
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Valid methods: bm25, semantic, hybrid, graph, skilltrace, keyopt.';
-    END CASE;
-END
+    SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
+           r.dk_term, r.event_term
+    FROM skills.search_ranked(query, categories, k, token_budget, min_score, method,
+                              bm25_weight, semantic_weight) WITH ORDINALITY AS r
+    JOIN skills.skill AS s ON s.id = r.id
+    ORDER BY r.ordinality
 $$;
-COMMENT ON FUNCTION skills.search(text, skills.category[], integer, text) IS
-    'Ranked skills for a task: score descending, then id. NULL categories = all pools; NULL k = no limit.';
+COMMENT ON FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) IS
+    'Ranked skills for a task, best first (ties by id). NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from.';

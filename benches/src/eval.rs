@@ -151,3 +151,46 @@ pub fn row(name: &str, m: &Metrics) -> String {
         m.ndcg_at_10, m.recall_at_10, m.hit_at_1, m.mrr_at_10
     )
 }
+
+/// A stable 64-bit hash of `text` under `seed` (splits and folds of the evaluations).
+pub fn hash(seed: u64, text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in text.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+    }
+    pg_skills_kernels::rng::SplitMix64(h).next_u64()
+}
+
+/// SKILL.md files of ../shared/corpus, except those under `exclude_folder` (the repository a
+/// benchmark's own skills come from): (id, name, description, instructions).
+pub fn distractors(corpus: &Path, exclude_folder: &str) -> Vec<(String, String, String, String)> {
+    let mut out = Vec::new();
+    let Ok(folders) = std::fs::read_dir(corpus) else {
+        return out;
+    };
+    let mut folders: Vec<PathBuf> = folders
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    for folder in folders {
+        if folder.file_name().is_some_and(|n| n == exclude_folder) {
+            continue;
+        }
+        for file in pg_skills_corpus::readers::skill_files(&folder).unwrap_or_default() {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            if let Ok(s) = pg_skills_corpus::skill::parse_skill_md(&text, None) {
+                out.push((
+                    format!("distractor:{}", file.display()),
+                    s.name,
+                    s.description,
+                    s.instructions,
+                ));
+            }
+        }
+    }
+    out
+}

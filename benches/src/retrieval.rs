@@ -115,9 +115,8 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
     if let Some(n) = args.max_queries {
         queries.truncate(n);
     }
-    let stmt = client.prepare(
-        "SELECT id FROM skills.search($1::text, NULL::skills.category[], $2::int, $3::text)",
-    )?;
+    let stmt = client
+        .prepare("SELECT id FROM skills.search($1::text, k => $2::int, method => $3::text)")?;
     let mut per_query = Vec::with_capacity(queries.len());
     let mut latencies = Vec::with_capacity(queries.len());
     let run_start = Instant::now();

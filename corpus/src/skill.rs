@@ -64,8 +64,13 @@ pub fn prompt_text(name: &str, description: &str, instructions: &str) -> String 
 
 /// LLM prompt tokens (OpenAI o200k_base BPE) of [`prompt_text`].
 pub fn token_count(name: &str, description: &str, instructions: &str) -> usize {
+    prompt_tokens(&prompt_text(name, description, instructions))
+}
+
+/// LLM prompt tokens (OpenAI o200k_base BPE) of any text.
+pub fn prompt_tokens(text: &str) -> usize {
     tiktoken_rs::o200k_base_singleton()
-        .encode_ordinary(&prompt_text(name, description, instructions))
+        .encode_ordinary(text)
         .len()
 }
 

@@ -20,6 +20,12 @@ fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
     i32::try_from(skill::token_count(name, description, instructions)).unwrap_or(i32::MAX)
 }
 
+/// LLM prompt tokens (o200k_base) of any text, e.g. a block from `skills.render_context`.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn prompt_tokens(text: &str) -> i32 {
+    i32::try_from(skill::prompt_tokens(text)).unwrap_or(i32::MAX)
+}
+
 /// The classifier's label; `skills.classify` casts it to `skills.category`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn classify_label(name: &str, description: &str, instructions: &str) -> &'static str {

@@ -33,6 +33,8 @@ pub static EMBEDDER_DATABASE: GucSetting<Option<CString>> =
 pub static EMBEDDER_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(32);
 /// Seconds between scheduled KeyOpt fits by the fitter worker (0: only skills.fit()).
 pub static FIT_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Weight of an edge walked backwards, relative to the edge (Graph-of-Skills walks).
+pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
 /// Longest wait of an idle embedder worker, in ms.
 pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
@@ -123,6 +125,16 @@ pub fn init() {
         100 * 1024,
         GucContext::Userset,
         GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_float_guc(
+        c"pg_skills.graph_reverse_weight",
+        c"Weight of a skill-graph edge walked backwards, as a fraction of its weight.",
+        c"The graph method walks u -> v at the edge's weight and v -> u at this fraction of it (0: edges are one-way).",
+        &GRAPH_REVERSE_WEIGHT,
+        0.0,
+        1.0,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_float_guc(
         c"pg_skills.bm25_k1",

@@ -10,7 +10,8 @@
 //! - [`embedding`]: the sentence encoder and compressor in SQL, the embedding queue and its
 //!   background worker.
 //! - [`keyopt`]: KeyOpt rounds (fit, publish, roll back), the KeyOpt reading, the fitter worker.
-//! - [`search`]: the reference BM25 sequential scan behind `skills.search(..., method => 'bm25')`.
+//! - [`search`]: `skills.search` (six methods, token budgets, score parts), the skill graph and
+//!   its walks, `skills.render_context`, and the reference BM25 scan.
 
 use pgrx::prelude::*;
 

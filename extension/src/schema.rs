@@ -29,5 +29,12 @@ pgrx::extension_sql_file!(
     name = "keyopt",
     requires = ["embedding", keyopt::keyopt_fit, keyopt::rank::keyopt_rank]
 );
+// The skill graph: edges, their change counter and skills.build_graph (after the key type, the
+// rule extractor and, for a stable object order, the KeyOpt tables).
+pgrx::extension_sql_file!(
+    "../../sql/graph.sql",
+    name = "graph",
+    requires = ["embedding", "keyopt", search::graph::rule_edges]
+);
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!("../../sql/api.sql", name = "api", finalize);

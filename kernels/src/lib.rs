@@ -11,6 +11,9 @@
 //! - [`bm25index`]: the BM25 index (segments, append area, block-max MaxScore, merges) over pages.
 //! - [`keyopt`]: KeyOpt corrections from execution outcomes: fit (β, Δk, cross-validation),
 //!   packed reading, the event memory and a planted-truth simulator.
+//! - [`fusion`]: reciprocal-rank fusion (the `hybrid` method).
+//! - [`graph`]: the skill graph, personalised PageRank, edge rules and SkillTrace.
+//! - [`serving`]: k, token budget and min_score over a ranking (what `skills.search` serves).
 //! - [`kmeans`]: k-means over keys (the key index's lists).
 //! - [`keyindex`]: the key index (IVF lists of f16 keys) over pages.
 //! - [`encoder`]: the sentence encoder e(text) (all-MiniLM-L6-v2 in candle).
@@ -23,12 +26,15 @@ pub mod bm25;
 pub mod bm25index;
 pub mod compressor;
 pub mod encoder;
+pub mod fusion;
+pub mod graph;
 pub mod keyindex;
 pub mod keyopt;
 pub mod kmeans;
 pub mod layout;
 pub mod page;
 pub mod rng;
+pub mod serving;
 pub mod synthetic;
 pub mod text;
 pub mod vector;

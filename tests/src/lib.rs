@@ -420,11 +420,11 @@ pub fn insert_random(client: &mut Client, rng: &mut Rng, n: usize, tag: &str) ->
     ids
 }
 
-/// (id, score) of skills.search (the index path when an index exists).
+/// (id, score) of skills.search with BM25 (the index path when an index exists).
 pub fn search(client: &mut Client, query: &str, k: Option<i32>) -> Vec<(i64, f64)> {
     client
         .query(
-            "SELECT id, score FROM skills.search($1, k => $2)",
+            "SELECT id, score FROM skills.search($1, k => $2, method => 'bm25')",
             &[&query, &k],
         )
         .expect("skills.search")

@@ -82,7 +82,7 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
                         .map(|_| ())
                 } else {
                     let q = rng.words(1, 4);
-                    client.query("SELECT * FROM skills.search($1, k => 5)", &[&q]).map(|_| ())
+                    client.query("SELECT * FROM skills.search($1, k => 5, method => 'bm25')", &[&q]).map(|_| ())
                 };
                 if let Err(e) = result {
                     // An update can make two skills' content identical: the content hash is

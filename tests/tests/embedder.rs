@@ -136,6 +136,28 @@ fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
         .unwrap()
         .get(0);
     assert_eq!(n, 5);
+    // skills.embed_pending() as the first statement of a transaction (no xid yet: pgrx runs
+    // SPI read-only until one exists, and the queue is read FOR UPDATE).
+    let drained: i64 = admin
+        .query_one("SELECT skills.embed_pending()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(drained, 0, "the worker drained the queue already");
+    // With the queue drained, the worker built the skill graph from the new keys.
+    wait_until(
+        &mut admin,
+        "the skill graph built after the drain",
+        Duration::from_secs(60),
+        |c| {
+            c.query_one(
+                "SELECT g.built_at >= (SELECT max(embedded_at) FROM skills.skill_key) FROM skills.graph_state AS g",
+                &[],
+            )
+            .unwrap()
+            .get::<_, Option<bool>>(0)
+                == Some(true)
+        },
+    );
 
     // A missing model is reported, not fatal; fixing the setting resumes the work.
     admin

@@ -19,12 +19,14 @@
 //!   cargo run --release -p pg_skills_benches --bin keyopt_eval -- --shared ../shared
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
 
-use pg_skills_benches::eval::{bm25_rankings, cached_embeddings, evaluate, load, row, Dataset};
+use pg_skills_benches::eval::{
+    bm25_rankings, cached_embeddings, distractors, evaluate, hash, load, row, Dataset,
+};
 use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::keyopt::fit::{fit, FitOptions, Fitted, SupportEvent};
@@ -46,14 +48,6 @@ struct Args {
     /// Skip the SkillsBench part (it embeds about 1,100 distractor documents on its first run).
     #[arg(long)]
     no_skillsbench: bool,
-}
-
-fn hash(seed: u64, text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for b in text.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
-    }
-    SplitMix64(h).next_u64()
 }
 
 /// Document indices by descending key score, the first `n`.
@@ -327,38 +321,6 @@ fn planted_truth() -> String {
         "| all-tied control: every β and Δk exactly 0, ρ = 1, settings none | {} |\n",
         neutral.is_neutral() && neutral.rho == 1.0 && neutral.settings == Settings::NONE
     );
-    out
-}
-
-fn distractors(corpus: &Path, exclude_folder: &str) -> Vec<(String, String, String, String)> {
-    let mut out = Vec::new();
-    let Ok(folders) = std::fs::read_dir(corpus) else {
-        return out;
-    };
-    let mut folders: Vec<PathBuf> = folders
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    folders.sort();
-    for folder in folders {
-        if folder.file_name().is_some_and(|n| n == exclude_folder) {
-            continue;
-        }
-        for file in pg_skills_corpus::readers::skill_files(&folder).unwrap_or_default() {
-            let Ok(text) = std::fs::read_to_string(&file) else {
-                continue;
-            };
-            if let Ok(s) = pg_skills_corpus::skill::parse_skill_md(&text, None) {
-                out.push((
-                    format!("distractor:{}", file.display()),
-                    s.name,
-                    s.description,
-                    s.instructions,
-                ));
-            }
-        }
-    }
     out
 }
 

@@ -86,10 +86,32 @@ fn embed(text: &str) -> Vec<f32> {
         .remove(0)
 }
 
+/// Query keys this backend computed lately, by model folder and text. A query key depends on
+/// nothing else (queries never go through the compressor), and agents repeat queries (a search,
+/// then its context; one task asked with several methods): the encoder is most of a search's time.
+const QUERY_KEY_CACHE_ENTRIES: usize = 512;
+
+thread_local! {
+    static QUERY_KEYS: std::cell::RefCell<std::collections::HashMap<(String, String), Vec<f32>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 /// The 512 values of q = normalize(pad512(e(query))); `skills.query_key` wraps them in a key.
 #[pg_extern(stable, parallel_safe)]
 pub fn query_key_values(query: &str) -> Vec<f32> {
-    compressor::query_key(&embed(query))
+    let cache_key = (guc::model_dir(), query.to_string());
+    if let Some(key) = QUERY_KEYS.with(|c| c.borrow().get(&cache_key).cloned()) {
+        return key;
+    }
+    let key = compressor::query_key(&embed(query));
+    QUERY_KEYS.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() >= QUERY_KEY_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(cache_key, key.clone());
+    });
+    key
 }
 
 /// The compressor marked active in `skills.compressor`, as this process last loaded it.

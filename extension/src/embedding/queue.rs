@@ -25,8 +25,11 @@ struct Queued {
 }
 
 fn take_batch(limit: i64) -> Vec<Queued> {
-    Spi::connect(|client| {
-        let rows = client.select(
+    // A read-write SPI call: pgrx runs statements read-only until the transaction has an xid,
+    // and Postgres refuses FOR UPDATE in a read-only call (skills.embed_pending() as the first
+    // statement of a transaction failed that way).
+    Spi::connect_mut(|client| {
+        let rows = client.update(
             "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
              FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
              WHERE q.failed_reason IS NULL \

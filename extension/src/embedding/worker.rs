@@ -60,7 +60,7 @@ fn one_round() -> Round {
     .flatten()
     .unwrap_or(false);
     if !pending {
-        return Round::Idle;
+        return rebuild_stale_graph();
     }
     let encoder = match super::try_encoder() {
         Ok(e) => e,
@@ -74,6 +74,35 @@ fn one_round() -> Round {
         Ok(_) => Round::Idle,
         Err(e) => {
             record_error(&e.to_string());
+            Round::Failed
+        }
+    }
+}
+
+/// Once the queue is drained, the skill graph's automatic edges are rebuilt if keys changed
+/// since the last build (`skills.build_graph()`, the default thresholds): the graph follows
+/// the skills without anyone calling it.
+fn rebuild_stale_graph() -> Round {
+    let stale = Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM skills.skill_key AS k, skills.graph_state AS g \
+                        WHERE g.built_at IS NULL OR k.embedded_at > g.built_at)",
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if !stale {
+        return Round::Idle;
+    }
+    match Spi::get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
+        Ok(edges) => {
+            log!(
+                "{WORKER_TYPE}: rebuilt the skill graph ({} edges)",
+                edges.unwrap_or(0)
+            );
+            Round::Worked
+        }
+        Err(e) => {
+            record_error(&format!("rebuilding the skill graph: {e}"));
             Round::Failed
         }
     }

@@ -85,7 +85,7 @@ const CANDIDATE_SELECT: &str =
      FROM skills.skill_key AS k JOIN skills.skill AS s ON s.id = k.skill_id";
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
-fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
+pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
     Spi::connect(|client| {
         let rows = client.select(
             "WITH near AS ( \
@@ -172,7 +172,27 @@ fn keyopt_rank(
         name!(recalled, bool),
     ),
 > {
-    let key = query_key_values(query);
+    let rows = ranked(query_key_values(query), categories, k, only);
+    TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
+        (
+            id,
+            p.total() as f64,
+            p.relevance as f64,
+            p.beta as f64,
+            p.dk_term as f64,
+            p.event_term as f64,
+            recalled,
+        )
+    }))
+}
+
+/// The KeyOpt ranking for query key `key` (see [`keyopt_rank`]): (skill, parts, recalled).
+pub fn ranked(
+    key: Vec<f32>,
+    categories: Option<Vec<String>>,
+    k: Option<i32>,
+    only: Option<Vec<i64>>,
+) -> Vec<(i64, Parts, bool)> {
     let round = active_round();
     let pool_size = k.map(|k| (k.max(1) as usize).max(10));
     let semantic: Vec<(i64, String, f32)> = match &only {
@@ -291,15 +311,5 @@ fn keyopt_rank(
             rows.truncate(k.max(0) as usize);
         }
     }
-    TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
-        (
-            id,
-            p.total() as f64,
-            p.relevance as f64,
-            p.beta as f64,
-            p.dk_term as f64,
-            p.event_term as f64,
-            recalled,
-        )
-    }))
+    rows
 }

@@ -23,17 +23,17 @@ SELECT name, round((ARRAY[name, description, instructions] OPERATOR(skills.<&>) 
 FROM skills.skill
 ORDER BY 2, name;
 RESET enable_indexscan;
-SELECT name, round(score::numeric, 4) AS score FROM skills.search('rust backtrace');
+SELECT name, round(score::numeric, 4) AS score FROM skills.search('rust backtrace', method => 'bm25');
 -- Deletes and VACUUM: statistics exact again, index equals the reference scan.
 DELETE FROM skills.skill WHERE name = 'readme';
 VACUUM skills.skill;
 SELECT segments, segment_documents, append_documents, segments_with_tombstones
 FROM skills.bm25_index_stats('skills.skill_bm25'::regclass);
-SELECT (SELECT array_agg(id ORDER BY score DESC, id) FROM skills.search('deploy probes ranking', k => NULL))
+SELECT (SELECT array_agg(id ORDER BY score DESC, id) FROM skills.search('deploy probes ranking', k => NULL, method => 'bm25'))
      = (SELECT array_agg(id ORDER BY score DESC, id) FROM skills.bm25_scan('deploy probes ranking', NULL, NULL)) AS same_ranking;
 -- Bad input: errors with SQLSTATEs, or empty results; never a crash.
-SELECT count(*) FROM skills.search('the and of');
-SELECT count(*) FROM skills.search(repeat('probes ', 15000), k => NULL);
+SELECT count(*) FROM skills.search('the and of', method => 'bm25');
+SELECT count(*) FROM skills.search(repeat('probes ', 15000), k => NULL, method => 'bm25');
 SELECT try($$CREATE INDEX bad ON skills.skill USING bm25 ((ARRAY[name, description, instructions])) WITH (colour = 1)$$);
 SELECT try($$CREATE INDEX bad ON skills.skill USING bm25 ((ARRAY[name, description, instructions])) WITH (k1 = -1)$$);
 SELECT try($$CREATE INDEX bad ON skills.skill USING bm25 ((ARRAY[name, description, instructions])) WITH (name_weight = 0, description_weight = 0, instructions_weight = 0)$$);

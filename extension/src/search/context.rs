@@ -1,0 +1,114 @@
+//! `skills.render_context`: the served skills as one prompt block for an agent.
+//!
+//! Each skill becomes a section: its name as a heading, the description, the instructions and
+//! a provenance line. The budget counts the rendered sections in o200k_base tokens (the
+//! tokenizer of `skills.skill.token_count`), so the block as a whole stays within it; sections
+//! are chosen like `skills.search` chooses rows (rank order, skipping what does not fit).
+
+use std::collections::HashMap;
+
+use pgrx::prelude::*;
+
+use pg_skills_corpus::skill::prompt_tokens;
+
+use crate::embedding::spi_error;
+
+use super::{limits, served, Request};
+
+struct Document {
+    name: String,
+    description: String,
+    instructions: String,
+    version: i32,
+    source: String,
+}
+
+fn documents(ids: &[i64]) -> HashMap<i64, Document> {
+    Spi::connect(|client| {
+        let mut out = HashMap::new();
+        for row in client.select(
+            "SELECT id, name, description, instructions, version, \
+                    coalesce((SELECT concat_ws(', ', coalesce(p ->> 'url', p ->> 'location'), \
+                                               'licence ' || (p ->> 'license')) \
+                              FROM jsonb_array_elements(provenance) AS p LIMIT 1), 'local') \
+             FROM skills.skill WHERE id = ANY ($1)",
+            None,
+            &[ids.to_vec().into()],
+        )? {
+            out.insert(
+                row.get::<i64>(1)?.expect("NOT NULL"),
+                Document {
+                    name: row.get(2)?.unwrap_or_default(),
+                    description: row.get(3)?.unwrap_or_default(),
+                    instructions: row.get(4)?.unwrap_or_default(),
+                    version: row.get(5)?.unwrap_or(1),
+                    source: row.get(6)?.unwrap_or_default(),
+                },
+            );
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+    .unwrap_or_else(|e| spi_error(e))
+}
+
+fn section(id: i64, d: &Document) -> String {
+    let mut s = format!("## Skill: {}\n", d.name.trim());
+    if !d.description.trim().is_empty() {
+        s += &format!("{}\n", d.description.trim());
+    }
+    if !d.instructions.trim().is_empty() {
+        s += &format!("\n{}\n", d.instructions.trim());
+    }
+    s += &format!(
+        "\n(source: {}; pg_skills skill {id} v{})\n\n",
+        d.source, d.version
+    );
+    s
+}
+
+/// The served skills of a search as one prompt block (empty when nothing is served).
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(stable)]
+fn render_context(
+    query: Option<&str>,
+    categories: default!(Option<Vec<Option<String>>>, "NULL"),
+    k: default!(Option<i32>, "NULL"),
+    token_budget: default!(Option<i32>, "NULL"),
+    min_score: default!(Option<f64>, "NULL"),
+    method: default!(Option<&str>, "'keyopt'"),
+) -> String {
+    let limits = limits(k, token_budget, min_score);
+    let mut req = Request::new(query, categories, method, 1.0, 1.0);
+    let mut rendered: HashMap<i64, String> = HashMap::new();
+    let rows = served(&mut req, limits, |ranked, _| {
+        let missing: Vec<i64> = ranked
+            .iter()
+            .map(|r| r.id)
+            .filter(|id| !rendered.contains_key(id))
+            .collect();
+        for (id, d) in documents(&missing) {
+            rendered.insert(id, section(id, &d));
+        }
+        ranked
+            .iter()
+            .map(|r| rendered.get(&r.id).map_or(0, |s| prompt_tokens(s) as u64))
+            .collect()
+    });
+    let mut block = String::new();
+    for (row, _) in &rows {
+        block += &rendered[&row.id];
+    }
+    // Sections are counted one by one; BPE of the joined text can differ by a token at a seam,
+    // so check the whole and drop from the end in the rare case it went over.
+    if let Some(budget) = limits.token_budget {
+        let mut kept = rows.len();
+        while kept > 0 && prompt_tokens(&block) as u64 > budget {
+            kept -= 1;
+            block = rows[..kept]
+                .iter()
+                .map(|(r, _)| rendered[&r.id].as_str())
+                .collect();
+        }
+    }
+    block.trim_end().to_string()
+}

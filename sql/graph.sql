@@ -1,0 +1,93 @@
+-- The skill graph (issue 7): edges between skills for the graph method (Graph-of-Skills), built
+-- by skills.build_graph() from key similarity and the document rules, or added by hand.
+
+CREATE TYPE skills.edge_type AS ENUM ('dependency', 'workflow', 'semantic', 'alternative');
+COMMENT ON TYPE skills.edge_type IS
+    'dependency: from produces what to needs; workflow: to usually follows from; semantic: similar keys; alternative: near-duplicates.';
+
+CREATE TABLE skills.edge (
+    from_skill  bigint NOT NULL REFERENCES skills.skill (id) ON DELETE CASCADE,
+    to_skill    bigint NOT NULL REFERENCES skills.skill (id) ON DELETE CASCADE,
+    type        skills.edge_type NOT NULL,
+    weight      real NOT NULL CONSTRAINT edge_weight_positive CHECK (weight > 0 AND weight < 'Infinity'),
+    provenance  text NOT NULL DEFAULT 'manual',
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (from_skill, to_skill, type),
+    CONSTRAINT edge_not_a_loop CHECK (from_skill <> to_skill)
+);
+CREATE INDEX edge_to_skill ON skills.edge (to_skill);
+COMMENT ON TABLE skills.edge IS
+    'Skill graph. provenance ''auto:<rule>'' = written by skills.build_graph() (replaced on every build); anything else (default ''manual'') is kept.';
+
+-- One row whose version and xmin change with every statement that changes skills.edge: backends
+-- cache the graph and rebuild it when this row differs from the one they built it under.
+-- built_at: when skills.build_graph() last ran; keys embedded after it make the embedder worker
+-- rebuild once its queue is drained (skill_key_embedded_at answers that without a scan).
+CREATE INDEX skill_key_embedded_at ON skills.skill_key (embedded_at);
+CREATE TABLE skills.graph_state (
+    version  bigint NOT NULL,
+    built_at timestamptz
+);
+INSERT INTO skills.graph_state VALUES (0, NULL);
+
+CREATE FUNCTION skills.edge_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE skills.graph_state SET version = version + 1;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER edge_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON skills.edge
+    FOR EACH STATEMENT EXECUTE FUNCTION skills.edge_changed();
+
+-- Rebuilds the automatic edges; hand-made edges stay (and win over an automatic one of the same
+-- type between the same skills).
+--   semantic:    each keyed skill to its `neighbours` nearest keys with q·k ≥ semantic_threshold
+--                (the skeys index serves the nearest-key search when there is one), weight = q·k;
+--   alternative: the same pairs with q·k ≥ alternative_threshold (near-duplicates), instead;
+--   dependency / workflow: skills.rule_edges() (documented in kernels/src/graph/rules.rs).
+CREATE FUNCTION skills.build_graph(
+    semantic_threshold real DEFAULT 0.7,
+    alternative_threshold real DEFAULT 0.95,
+    neighbours integer DEFAULT 8)
+RETURNS TABLE (type skills.edge_type, edges bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL
+       OR NOT (semantic_threshold BETWEEN -1 AND 1) OR NOT (alternative_threshold BETWEEN -1 AND 1)
+       OR neighbours < 0 THEN
+        RAISE EXCEPTION 'build_graph needs thresholds in [-1, 1] and neighbours >= 0'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Keys are unit vectors: q·k is a cosine. Defaults: 0.7, 0.95, 8.';
+    END IF;
+    -- One build at a time (the embedder worker rebuilds after draining its queue).
+    PERFORM pg_advisory_xact_lock(7378267401);
+    DELETE FROM skills.edge AS e WHERE e.provenance LIKE 'auto:%';
+    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
+    SELECT a.skill_id, n.skill_id,
+           CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
+           n.sim,
+           CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
+    FROM skills.skill_key AS a
+    CROSS JOIN LATERAL (
+        SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
+        FROM skills.skill_key AS b
+        WHERE b.skill_id <> a.skill_id
+        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0, b.skill_id
+        LIMIT neighbours) AS n
+    WHERE n.sim >= semantic_threshold AND n.sim > 0
+    ON CONFLICT DO NOTHING;
+    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
+    SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
+    FROM skills.rule_edges() AS r
+    ON CONFLICT DO NOTHING;
+    UPDATE skills.graph_state SET built_at = now();
+    RETURN QUERY SELECT e.type, count(*) FROM skills.edge AS e GROUP BY e.type ORDER BY e.type;
+END
+$$;
+COMMENT ON FUNCTION skills.build_graph(real, real, integer) IS
+    'Replaces the automatic edges of skills.edge (key similarity, near-duplicates, document rules); returns the edge count per type.';
+
+SELECT pg_catalog.pg_extension_config_dump('skills.edge', '');
