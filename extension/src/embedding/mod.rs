@@ -144,11 +144,10 @@ pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
             return (Some(version), c.clone());
         }
     }
-    let weights: Vec<u8> = Spi::get_one_with_args(
+    let weights: Vec<u8> = select_one(
         "SELECT weights FROM skills.compressor WHERE version = $1",
         &[version.into()],
     )
-    .unwrap_or_else(|e| spi_error(e))
     .expect("NOT NULL");
     if compressor::checksum(&weights) != sha256 {
         raise(
@@ -185,6 +184,24 @@ fn compress(embedding: Vec<f32>) -> Vec<f32> {
     }
     let (_, active) = active_compressor();
     compressor::skill_key(active.as_deref(), &embedding)
+}
+
+/// The first column of the first row of a read-only query (None: no row or NULL).
+///
+/// `Spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
+/// ("cannot assign TransactionIds during recovery"): everything a search runs reads this way.
+pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
+    sql: &str,
+    args: &[pgrx::datum::DatumWithOid],
+) -> Option<T> {
+    Spi::connect(|client| {
+        let rows = client.select(sql, Some(1), args)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.first().get_one::<T>()
+    })
+    .unwrap_or_else(|e| spi_error(e))
 }
 
 pub fn spi_error(e: pgrx::spi::Error) -> ! {

@@ -27,7 +27,7 @@ use pgrx::PgSqlErrorCode;
 use pg_skills_kernels::fusion::{reciprocal_rank_fusion, Ranking, RRF_K};
 use pg_skills_kernels::serving::{serve, Limits};
 
-use crate::embedding::{query_key_values, spi_error};
+use crate::embedding::{query_key_values, select_one, spi_error};
 use crate::errors::raise;
 
 pub const METHODS: [&str; 6] = [
@@ -151,8 +151,7 @@ impl Request {
 
 fn validate_categories(categories: Vec<Option<String>>) -> Vec<String> {
     let valid: Vec<String> =
-        Spi::get_one::<Vec<String>>("SELECT enum_range(NULL::skills.category)::text[]")
-            .unwrap_or_else(|e| spi_error(e))
+        select_one::<Vec<String>>("SELECT enum_range(NULL::skills.category)::text[]", &[])
             .unwrap_or_default();
     categories
         .into_iter()
@@ -194,9 +193,8 @@ fn depth_arg(depth: Option<usize>) -> Option<i32> {
 
 /// BM25 (id, score), best first: the bm25 index when there is one, else the reference scan.
 fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> Vec<(i64, f64)> {
-    let indexed = Spi::get_one::<bool>("SELECT skills.bm25_index() IS NOT NULL")
-        .unwrap_or_else(|e| spi_error(e))
-        .unwrap_or(false);
+    let indexed =
+        select_one::<bool>("SELECT skills.bm25_index() IS NOT NULL", &[]).unwrap_or(false);
     let sql = if indexed {
         "SELECT id, score FROM skills.bm25_index_search($1, $2, $3::skills.category[], skills.bm25_index())"
     } else {
