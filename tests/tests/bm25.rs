@@ -192,6 +192,19 @@ fn standby_returns_the_primarys_results() {
         .unwrap();
     p.batch_execute("VACUUM skills.skill").unwrap();
     insert_random(&mut p, &mut rng, 30, "after-vacuum");
+    // Keys, a skill graph and one fitted round, so every search method has something to read.
+    let keyed = model_dir().is_some();
+    if keyed {
+        p.batch_execute(
+            "SELECT skills.embed_pending(); SELECT skills.build_graph(semantic_threshold => 0.3); \
+             SELECT skills.record_run(t.task, jsonb_build_array( \
+                 jsonb_build_object('skill_id', (SELECT min(id) FROM skills.skill), 'passed', true), \
+                 jsonb_build_object('skill_id', (SELECT max(id) FROM skills.skill), 'passed', false))) \
+             FROM (VALUES ('parse the config file'), ('parse a config file')) AS t(task); \
+             SELECT skills.fit();",
+        )
+        .unwrap();
+    }
     let mut s = standby.client();
     wait_for_replay(&mut p, &mut s);
     for q in 0..25 {
@@ -203,6 +216,32 @@ fn standby_returns_the_primarys_results() {
             &on_standby,
             &on_primary,
         );
+    }
+    // Every method reads without a transaction id, so a standby answers as the primary does.
+    let methods: &[&str] = if keyed {
+        &["semantic", "hybrid", "graph", "skilltrace", "keyopt"]
+    } else {
+        &[]
+    };
+    for method in methods {
+        for q in 0..3 {
+            let query = rng.words(1, 5);
+            let sql = "SELECT id, score FROM skills.search($1, k => 5, method => $2)";
+            let rows = |c: &mut postgres::Client| -> Vec<(i64, f64)> {
+                c.query(sql, &[&query, method])
+                    .unwrap_or_else(|e| panic!("{method} on {query:?}: {e}"))
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect()
+            };
+            let (on_primary, on_standby) = (rows(&mut p), rows(&mut s));
+            assert!(!on_primary.is_empty(), "{method}: {query:?}");
+            assert_same_ranking(
+                &format!("{method} query {q} {query:?}"),
+                &on_standby,
+                &on_primary,
+            );
+        }
     }
     let plan: Vec<String> = s
         .query(
