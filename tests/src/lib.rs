@@ -223,6 +223,22 @@ impl Cluster {
         self.pg_ctl_start();
     }
 
+    /// Stops the server (fast shutdown: sessions are ended); [`Cluster::start_again`] brings it back.
+    pub fn stop(&self) {
+        check(
+            "pg_ctl stop",
+            server_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "fast", "-w", "stop"])
+                .output(),
+        );
+    }
+
+    pub fn start_again(&self) {
+        self.pg_ctl_start();
+    }
+
     pub fn bin(&self, program: &str) -> PathBuf {
         bindir().join(program)
     }
