@@ -1294,6 +1294,47 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_token_budget_or_no_k_does_not_widen_the_keyopt_pool() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        // Twelve Kubernetes skills: git-bisect is far outside the semantic top 10 below.
+        for i in 0..12 {
+            exec(&format!(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES \
+                 ('k8s-probe-{i}', 'Kubernetes liveness and readiness probes, variant {i}', \
+                  'Probe endpoint /healthz-{i} with a {i} second period.')"
+            ));
+        }
+        exec("SELECT skills.embed_pending()");
+        record_bisect_runs(&ids);
+        exec("SELECT skills.fit()");
+        let bisect = ids[4];
+        let q = "'configure readiness probes for my kubernetes deployment'";
+        assert!(
+            one::<f64>(&format!("SELECT (skills.keyopt_score({q}, {bisect})).beta")) > 0.5,
+            "git-bisect has a large β after its runs"
+        );
+        let top10 = ids_of(&search(&format!("{q}, k => 10, method => 'keyopt'")));
+        assert!(!top10.contains(&bisect), "{top10:?}");
+        // A budget makes the search read deeper; the pool, and so the answer, stay the same.
+        let two = ids_of(&search(&format!("{q}, k => 2, method => 'keyopt'")));
+        let budgeted = ids_of(&search(&format!(
+            "{q}, k => 2, token_budget => 1000000, method => 'keyopt'"
+        )));
+        assert_eq!(budgeted, two);
+        // No k: the pool's ranking first, the rest after it.
+        let all = ids_of(&search(&format!("{q}, k => NULL, method => 'keyopt'")));
+        assert_eq!(all[..10], top10[..]);
+        assert!(all[10..].contains(&bisect), "{all:?}");
+        let block: String = one(&format!(
+            "SELECT skills.render_context({q}, k => 2, token_budget => 100000)"
+        ));
+        assert!(!block.contains("## Skill: git-bisect"), "{block}");
+    }
+
+    #[pg_test]
     fn record_run_validates_arms_and_flags_stale_versions() {
         if !have_model() {
             return;

@@ -2,7 +2,10 @@
 //!
 //! 1. The active round of this snapshot (none: S = r, the semantic ranking).
 //! 2. Semantic candidates over `skills.skill_key` (the skeys index when the planner takes it):
-//!    a pool of max(10, k); every keyed skill when k is NULL.
+//!    a pool of max(10, k) (10 when k is NULL). Rows past the pool, when more are asked for,
+//!    follow every pool row, so a deeper reading never reorders a shallower one: a skill with
+//!    a large β but little relevance cannot jump into the top because a token budget made
+//!    the search read deeper.
 //! 3. The round's memory: the `memory::NEIGHBOURS` past runs (fitted into the round) nearest the
 //!    query key, read for the event term and for event recall, which replaces the pool's tail
 //!    with up to 4 skills that passed on similar tasks (6 kept + 4 recalled for k ≤ 10). A
@@ -172,7 +175,8 @@ fn keyopt_rank(
         name!(recalled, bool),
     ),
 > {
-    let rows = ranked(query_key_values(query), categories, k, only);
+    let k = k.map(|k| k.max(0) as usize);
+    let rows = ranked(query_key_values(query), categories, k, k, only);
     TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
         (
             id,
@@ -187,14 +191,18 @@ fn keyopt_rank(
 }
 
 /// The KeyOpt ranking for query key `key` (see [`keyopt_rank`]): (skill, parts, recalled).
+/// `k` is the number of results asked for, which sizes the pool; `depth` how many rows to
+/// return (None: every keyed skill), the pool first.
 pub fn ranked(
     key: Vec<f32>,
     categories: Option<Vec<String>>,
-    k: Option<i32>,
+    k: Option<usize>,
+    depth: Option<usize>,
     only: Option<Vec<i64>>,
 ) -> Vec<(i64, Parts, bool)> {
     let round = active_round();
-    let pool_size = k.map(|k| (k.max(1) as usize).max(10));
+    let pool_size = k.unwrap_or(0).max(10);
+    let read = depth.map(|d| d.max(pool_size));
     let semantic: Vec<(i64, String, f32)> = match &only {
         Some(ids) => candidates(
             &format!("{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1"),
@@ -208,7 +216,7 @@ pub fn ranked(
             &[
                 key.clone().into(),
                 categories.clone().into(),
-                pool_size.map(|p| p as i64).into(),
+                read.map(|p| p as i64).into(),
             ],
         ),
     };
@@ -218,9 +226,7 @@ pub fn ranked(
             settings,
             corrections: true,
             ..
-        }) if settings.alpha != 0.0 || (only.is_none() && pool_size.is_some()) => {
-            neighbours(&key, *max)
-        }
+        }) if settings.alpha != 0.0 || only.is_none() => neighbours(&key, *max),
         _ => Vec::new(),
     };
     let near: Vec<Neighbour> = memory_rows
@@ -239,7 +245,7 @@ pub fn ranked(
     let semantic_ids: Vec<i64> = semantic.iter().map(|c| c.0).collect();
     let recall = round.as_ref().is_some_and(|r| r.corrections);
     let pool: Vec<(i64, bool)> = match pool_size {
-        Some(size) if only.is_none() && recall && !near.is_empty() => {
+        size if only.is_none() && recall && !near.is_empty() => {
             let kept: HashSet<i64> = semantic_ids
                 .iter()
                 .take(size.saturating_sub(memory::RECALLED))
@@ -266,8 +272,22 @@ pub fn ranked(
                 .collect();
             memory::candidate_pool(&semantic_ids, &recalled, size)
         }
+        size if only.is_none() => semantic_ids
+            .iter()
+            .take(size)
+            .map(|&id| (id, false))
+            .collect(),
         _ => semantic_ids.iter().map(|&id| (id, false)).collect(),
     };
+    // Past the pool: the remaining semantic candidates, ranked after every pool row.
+    let in_pool: HashSet<i64> = pool.iter().map(|p| p.0).collect();
+    let beyond: Vec<(i64, bool)> = semantic_ids
+        .iter()
+        .filter(|id| !in_pool.contains(id))
+        .map(|&id| (id, false))
+        .collect();
+    let pool_len = pool.len();
+    let pool: Vec<(i64, bool)> = pool.into_iter().chain(beyond).collect();
 
     let mut rows: Vec<(i64, Parts, bool)> = match &round {
         None => pool
@@ -305,10 +325,14 @@ pub fn ranked(
                 .collect()
         }
     };
-    rows.sort_by(|a, b| b.1.total().total_cmp(&a.1.total()).then(a.0.cmp(&b.0)));
+    let by_score = |a: &(i64, Parts, bool), b: &(i64, Parts, bool)| {
+        b.1.total().total_cmp(&a.1.total()).then(a.0.cmp(&b.0))
+    };
+    rows[..pool_len].sort_by(by_score);
+    rows[pool_len..].sort_by(by_score);
     if only.is_none() {
-        if let Some(k) = k {
-            rows.truncate(k.max(0) as usize);
+        if let Some(d) = depth {
+            rows.truncate(d);
         }
     }
     rows

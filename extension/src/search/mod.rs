@@ -96,6 +96,9 @@ pub struct Request {
     pub method: Method,
     pub bm25_weight: f64,
     pub semantic_weight: f64,
+    /// The number of results asked for (k); it sizes KeyOpt's candidate pool, which must not
+    /// grow when a budget makes the ranking read deeper.
+    pub results_wanted: Option<usize>,
     key: Option<Vec<f32>>,
 }
 
@@ -132,6 +135,7 @@ impl Request {
             method: Method::parse(method.unwrap_or("keyopt")),
             bm25_weight,
             semantic_weight,
+            results_wanted: None,
             key: None,
         }
     }
@@ -354,7 +358,7 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
         }
         Method::KeyOpt => {
             let key = req.key();
-            crate::keyopt::rank::ranked(key, req.category_filter(), depth_arg(depth), None)
+            crate::keyopt::rank::ranked(key, req.category_filter(), req.results_wanted, depth, None)
                 .into_iter()
                 .map(|(id, p, _)| Ranked {
                     id,
@@ -423,6 +427,7 @@ pub fn served(
 ) -> Vec<(Ranked, i32)> {
     // Without a budget the first k rows that pass min_score are the answer; with one, rows may
     // be skipped, so rank deeper and grow until k are served or the candidates run out.
+    req.results_wanted = limits.k;
     let mut depth = match (limits.k, limits.token_budget) {
         (None, _) => None,
         (Some(k), None) => Some(k),
