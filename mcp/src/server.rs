@@ -245,15 +245,11 @@ mod tests {
         }
         let method = &tools[0].input_schema["properties"]["method"];
         let text = method.to_string();
-        for m in [
-            "bm25",
-            "semantic",
-            "hybrid",
-            "graph",
-            "skilltrace",
-            "keyopt",
-        ] {
-            assert!(text.contains(m), "{m} missing from {text}");
+        for m in tools::Method::ALL.map(tools::Method::as_str) {
+            assert!(
+                text.contains(&format!("\"{m}\"")),
+                "{m} missing from {text}"
+            );
         }
         let report = tools[3].annotations.as_ref().unwrap();
         assert_eq!(report.read_only_hint, Some(false));

@@ -42,6 +42,15 @@ pub enum Method {
 }
 
 impl Method {
+    pub const ALL: [Method; 6] = [
+        Method::Bm25,
+        Method::Semantic,
+        Method::Hybrid,
+        Method::Graph,
+        Method::Skilltrace,
+        Method::Keyopt,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Bm25 => "bm25",
@@ -232,29 +241,38 @@ fn decode<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T,
     })
 }
 
+/// Runs `sql` (a statement over skills.search / skills.render_context taking the request's six
+/// parameters in order) and returns its one jsonb value.
+async fn request_value(
+    db: &Database,
+    sql: &'static str,
+    req: &SearchRequest,
+) -> Result<Value, ToolError> {
+    db.with_client(true, |c| {
+        let req = req.clone();
+        async move {
+            let row = c
+                .query_one(
+                    sql,
+                    &[
+                        &req.query,
+                        &req.categories,
+                        &req.k,
+                        &req.token_budget,
+                        &req.min_score,
+                        &req.method.as_str(),
+                    ],
+                )
+                .await?;
+            Ok(row.get(0))
+        }
+    })
+    .await
+}
+
 pub async fn search(db: &Database, args: SearchArgs) -> Result<SearchResult, ToolError> {
     let req = args.validate(5)?;
-    let rows: Value = db
-        .with_client(true, |c| {
-            let req = req.clone();
-            async move {
-                let row = c
-                    .query_one(
-                        SEARCH_SQL,
-                        &[
-                            &req.query,
-                            &req.categories,
-                            &req.k,
-                            &req.token_budget,
-                            &req.min_score,
-                            &req.method.as_str(),
-                        ],
-                    )
-                    .await?;
-                Ok(row.get(0))
-            }
-        })
-        .await?;
+    let rows = request_value(db, SEARCH_SQL, &req).await?;
     Ok(SearchResult {
         query: req.query,
         method: req.method,
@@ -401,28 +419,7 @@ FROM c";
 
 pub async fn render_context(db: &Database, args: SearchArgs) -> Result<RenderedContext, ToolError> {
     let req = args.validate(3)?;
-    let value: Value = db
-        .with_client(true, |c| {
-            let req = req.clone();
-            async move {
-                let row = c
-                    .query_one(
-                        RENDER_SQL,
-                        &[
-                            &req.query,
-                            &req.categories,
-                            &req.k,
-                            &req.token_budget,
-                            &req.min_score,
-                            &req.method.as_str(),
-                        ],
-                    )
-                    .await?;
-                Ok(row.get(0))
-            }
-        })
-        .await?;
-    decode("render_context", value)
+    decode("render_context", request_value(db, RENDER_SQL, &req).await?)
 }
 
 /// How one served skill did in the run.
