@@ -42,7 +42,10 @@ CREATE TABLE skills.keyopt_round (
     mu            real[] NOT NULL CONSTRAINT keyopt_round_mu_512 CHECK (cardinality(mu) = 512),
     settings      jsonb NOT NULL,
     report        jsonb NOT NULL,
-    trigger       text NOT NULL
+    trigger       text NOT NULL,
+    -- The function that gave the base relevance r (pg_skills.relevance_function at fit time,
+    -- as to_regprocedure text); NULL: the key inner product. Readings of the round use it too.
+    relevance_function text
 );
 CREATE UNIQUE INDEX keyopt_round_one_active ON skills.keyopt_round (active) WHERE active;
 COMMENT ON TABLE skills.keyopt_round IS
@@ -185,7 +188,8 @@ SELECT r.round, r.active, r.created_at, r.trigger, r.max_event_id,
        r.settings, r.rho,
        (r.report ->> 'relevance_only_accuracy')::double precision AS cv_accuracy_relevance_only,
        (r.report ->> 'best_accuracy')::double precision AS cv_accuracy_chosen,
-       (SELECT count(*) FROM skills.keyopt_skill AS k WHERE k.round = r.round AND k.beta <> 0) AS corrected_skills
+       (SELECT count(*) FROM skills.keyopt_skill AS k WHERE k.round = r.round AND k.beta <> 0) AS corrected_skills,
+       r.relevance_function
 FROM skills.keyopt_round AS r;
 COMMENT ON VIEW skills.keyopt_rounds IS 'KeyOpt rounds with what cross-validation chose.';
 

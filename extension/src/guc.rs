@@ -35,6 +35,10 @@ pub static EMBEDDER_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(32);
 pub static FIT_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Weight of an edge walked backwards, relative to the edge (Graph-of-Skills walks).
 pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
+/// KeyOpt's base relevance: a SQL function (query text, skill_ids bigint[]) → (skill_id, score);
+/// empty: the key inner product.
+pub static RELEVANCE_FUNCTION: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
 /// Longest wait of an idle embedder worker, in ms.
 pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
@@ -43,6 +47,12 @@ pub fn model_dir() -> String {
         .get()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| pg_skills_kernels::encoder::DEFAULT_MODEL_DIR.to_string())
+}
+
+pub fn relevance_function() -> Option<String> {
+    RELEVANCE_FUNCTION
+        .get()
+        .map(|s| s.to_string_lossy().into_owned())
 }
 
 pub fn embedder_database() -> String {
@@ -165,6 +175,15 @@ pub fn init() {
         7 * 24 * 3600,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    // Superuser only: a round records the function and every reader of the round then calls it.
+    GucRegistry::define_string_guc(
+        c"pg_skills.relevance_function",
+        c"SQL function giving KeyOpt's base relevance r (a cross-encoder); empty: the key inner product.",
+        c"Signature (query text, skill_ids bigint[]) returning (skill_id bigint, score double precision), one row per id. A fit records it in its round; readings of the round call it.",
+        &RELEVANCE_FUNCTION,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
         c"pg_skills.bm25_stemming",

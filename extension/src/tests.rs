@@ -1335,6 +1335,81 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_relevance_function_replaces_r_in_readings_and_fits() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        // A stand-in cross-encoder with an opinion of its own: rust-backtrace is relevant to
+        // everything, the others by a fixed small score.
+        exec(
+            "CREATE FUNCTION public.stub_cross_encoder(query text, skill_ids bigint[]) \
+             RETURNS TABLE (skill_id bigint, score double precision) LANGUAGE sql STABLE AS $$ \
+                 SELECT s.id, CASE WHEN s.name = 'rust-backtrace' THEN 1.0 ELSE 0.01 * s.id END \
+                 FROM skills.skill AS s WHERE s.id = ANY (skill_ids) $$",
+        );
+        exec(
+            "CREATE FUNCTION public.forgetful_cross_encoder(query text, skill_ids bigint[]) \
+             RETURNS TABLE (skill_id bigint, score double precision) LANGUAGE sql STABLE AS $$ \
+                 SELECT skill_ids[1], 0.5 $$",
+        );
+        let q = "'my tests fail since I merged a branch'";
+        let semantic = search(&format!("{q}, k => 5, method => 'semantic'"));
+        assert_ne!(semantic[0].0, ids[2], "{semantic:?}");
+        // No round: the setting reranks the semantic pool with the function's scores.
+        exec("SET pg_skills.relevance_function = 'public.stub_cross_encoder'");
+        let reranked: Vec<(i64, f64)> = id_scores(&format!(
+            "SELECT id, semantic FROM skills.search({q}, k => 5, method => 'keyopt')"
+        ));
+        assert_eq!(reranked[0], (ids[2], 1.0), "{reranked:?}");
+        for (id, r) in &reranked[1..] {
+            assert!((r - 0.01 * *id as f64).abs() < 1e-6, "{reranked:?}");
+        }
+        // A fit uses it for r and records it; readings of the round keep using it.
+        record_bisect_runs(&ids);
+        let round: i32 = one("SELECT skills.fit()");
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT relevance_function FROM skills.keyopt_rounds WHERE round = {round}"
+            )),
+            "stub_cross_encoder(text,bigint[])"
+        );
+        exec("RESET pg_skills.relevance_function");
+        let rho: f64 = one(&format!(
+            "SELECT rho::float8 FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        let relevance: f64 = one(&format!(
+            "SELECT (skills.keyopt_score({q}, {})).relevance",
+            ids[2]
+        ));
+        assert!(
+            (relevance - rho).abs() < 1e-5,
+            "ρ·r with r = 1: {relevance} vs ρ {rho}"
+        );
+        // Errors: a setting naming no function, a function that skips ids, a dropped function.
+        exec("SET pg_skills.relevance_function = 'public.no_such_ranker'");
+        assert_refused(
+            "PERFORM skills.fit()",
+            "undefined_function",
+            "pg_skills.relevance_function names no function public.no_such_ranker(text, bigint[])",
+        );
+        exec("SET pg_skills.relevance_function = 'public.forgetful_cross_encoder'");
+        assert_refused(
+            "PERFORM skills.fit()",
+            "data_exception",
+            "relevance function forgetful_cross_encoder(text,bigint[]) returned no score for skill %",
+        );
+        exec("RESET pg_skills.relevance_function");
+        exec("DROP FUNCTION public.stub_cross_encoder(text, bigint[])");
+        assert_refused(
+            &format!("PERFORM * FROM skills.search({q}, k => 3)"),
+            "undefined_function",
+            "the relevance function stub_cross_encoder(text,bigint[]) of the active KeyOpt round no longer exists",
+        );
+    }
+
+    #[pg_test]
     fn record_run_validates_arms_and_flags_stale_versions() {
         if !have_model() {
             return;

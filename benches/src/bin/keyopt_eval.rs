@@ -153,6 +153,7 @@ fn support_runs(
                         passed: relevant.contains(&d),
                     })
                     .collect(),
+                relevance: None,
             }
         })
         .collect()

@@ -14,7 +14,7 @@
 //!   cargo run --release -p pg_skills_benches --bin semantic_eval -- --shared ../shared
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;

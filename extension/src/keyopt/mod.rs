@@ -20,6 +20,7 @@ use crate::embedding::spi_error;
 use crate::errors::raise;
 
 pub mod rank;
+pub mod relevance;
 pub mod worker;
 
 /// Serialises fits (a fit reads everything and publishes; two at once would race to activate).
@@ -62,6 +63,7 @@ fn current_keys() -> Vec<(i64, String, Vec<f32>)> {
 
 struct RecordedRun {
     id: i64,
+    task: String,
     key: Vec<f32>,
     pairing: u64,
     group: u64,
@@ -92,6 +94,7 @@ fn recorded_runs() -> Vec<RecordedRun> {
             let passed = row.get::<Vec<bool>>(8)?.expect("NOT NULL");
             out.push(RecordedRun {
                 id: row.get::<i64>(1)?.expect("NOT NULL"),
+                task: task.clone(),
                 key: row.get::<Vec<f32>>(2)?.expect("NOT NULL"),
                 pairing: stable_hash(&[&task, &executor, &budget]),
                 group: stable_hash(&[&group]),
@@ -110,23 +113,56 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
     let keys = current_keys();
     let runs = recorded_runs();
     let index: HashMap<i64, usize> = keys.iter().enumerate().map(|(i, k)| (k.0, i)).collect();
+    // With a relevance function (a cross-encoder), r(task, skill) comes from it: one call per
+    // distinct task over every skill any of its runs served.
+    let function =
+        relevance::configured().map(|sig| relevance::resolve(&sig, "pg_skills.relevance_function"));
+    let task_scores: HashMap<&str, HashMap<i64, f32>> = match &function {
+        None => HashMap::new(),
+        Some(f) => {
+            let mut served: HashMap<&str, Vec<i64>> = HashMap::new();
+            for r in &runs {
+                let ids = served.entry(r.task.as_str()).or_default();
+                for &(skill, _) in &r.arms {
+                    if index.contains_key(&skill) && !ids.contains(&skill) {
+                        ids.push(skill);
+                    }
+                }
+            }
+            served
+                .into_iter()
+                .map(|(task, ids)| {
+                    pg_sys::check_for_interrupts!();
+                    (task, relevance::scores(f, task, &ids))
+                })
+                .collect()
+        }
+    };
     // Arms of skills without a current key cannot be read at query time: they are left out.
     let events: Vec<SupportEvent> = runs
         .iter()
-        .map(|r| SupportEvent {
-            key: r.key.clone(),
-            pairing: r.pairing,
-            group: r.group,
-            arms: r
+        .map(|r| {
+            let usable: Vec<(i64, usize, bool)> = r
                 .arms
                 .iter()
-                .filter_map(|&(skill, passed)| {
-                    index.get(&skill).map(|&i| Arm {
+                .filter_map(|&(skill, passed)| index.get(&skill).map(|&i| (skill, i, passed)))
+                .collect();
+            SupportEvent {
+                key: r.key.clone(),
+                pairing: r.pairing,
+                group: r.group,
+                arms: usable
+                    .iter()
+                    .map(|&(_, i, passed)| Arm {
                         skill: i as i64,
                         passed,
                     })
-                })
-                .collect(),
+                    .collect(),
+                relevance: function.as_ref().map(|_| {
+                    let scores = &task_scores[r.task.as_str()];
+                    usable.iter().map(|(skill, _, _)| scores[skill]).collect()
+                }),
+            }
         })
         .filter(|e| !e.arms.is_empty())
         .collect();
@@ -138,8 +174,9 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
     let mut report = fitted.report.to_json();
     report["skills"] = keys.len().into();
     let round: i32 = Spi::get_one_with_args(
-        "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger) \
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING round",
+        "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger, \
+                                          relevance_function) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING round",
         &[
             max_event.into(),
             fitted.rho.into(),
@@ -147,6 +184,7 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
             pgrx::JsonB(fitted.settings.to_json()).into(),
             pgrx::JsonB(report.clone()).into(),
             trigger.into(),
+            function.clone().into(),
         ],
     )
     .unwrap_or_else(|e| spi_error(e))
@@ -182,12 +220,13 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
             .unwrap_or_else(|e| spi_error(e));
     }
     pgrx::log!(
-        "pg_skills: KeyOpt round {round} ({trigger}): {} runs, {} discordant and {} tied tasks; cross-validation chose {}; ρ {:.3}",
+        "pg_skills: KeyOpt round {round} ({trigger}): {} runs, {} discordant and {} tied tasks; cross-validation chose {}; ρ {:.3}; r from {}",
         fitted.report.events,
         fitted.report.discordant_groups,
         fitted.report.tied_groups,
         fitted.settings.to_json(),
-        fitted.rho
+        fitted.rho,
+        function.as_deref().unwrap_or("the key inner product")
     );
     round
 }

@@ -22,6 +22,7 @@ use pg_skills_kernels::keyopt::memory::{self, Neighbour};
 use pg_skills_kernels::keyopt::{packed_len, read_row, Arm, Parts, QueryKey, Settings};
 use pg_skills_kernels::vector::KEY_DIM;
 
+use super::relevance;
 use crate::embedding::{query_key_values, spi_error};
 
 struct ActiveRound {
@@ -32,13 +33,15 @@ struct ActiveRound {
     max_event_id: Option<i64>,
     /// False for a neutral round: no recall either.
     corrections: bool,
+    /// The function that gave r when the round was fitted (None: qᵀk0).
+    relevance_function: Option<String>,
 }
 
 fn active_round() -> Option<ActiveRound> {
     Spi::connect(|client| {
         let rows = client.select(
             "SELECT round, rho, mu, settings, max_event_id, \
-                    coalesce((report ->> 'corrections')::boolean, false) \
+                    coalesce((report ->> 'corrections')::boolean, false), relevance_function \
              FROM skills.keyopt_round WHERE active",
             None,
             &[],
@@ -59,6 +62,7 @@ fn active_round() -> Option<ActiveRound> {
                 },
                 max_event_id: row.get::<i64>(5)?,
                 corrections: row.get::<bool>(6)?.unwrap_or(false),
+                relevance_function: row.get::<String>(7)?,
             });
         }
         Ok::<_, pgrx::spi::Error>(out)
@@ -176,7 +180,7 @@ fn keyopt_rank(
     ),
 > {
     let k = k.map(|k| k.max(0) as usize);
-    let rows = ranked(query_key_values(query), categories, k, k, only);
+    let rows = ranked(query, query_key_values(query), categories, k, k, only);
     TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
         (
             id,
@@ -194,6 +198,7 @@ fn keyopt_rank(
 /// `k` is the number of results asked for, which sizes the pool; `depth` how many rows to
 /// return (None: every keyed skill), the pool first.
 pub fn ranked(
+    query: &str,
     key: Vec<f32>,
     categories: Option<Vec<String>>,
     k: Option<usize>,
@@ -289,6 +294,21 @@ pub fn ranked(
     let pool_len = pool.len();
     let pool: Vec<(i64, bool)> = pool.into_iter().chain(beyond).collect();
 
+    // r: the round's relevance function (the setting when there is no round), else qᵀk0.
+    let function = match &round {
+        Some(r) => r.relevance_function.clone(),
+        None => relevance::configured()
+            .map(|sig| relevance::resolve(&sig, "pg_skills.relevance_function")),
+    };
+    if let Some(f) = &function {
+        let ids: Vec<i64> = pool.iter().map(|p| p.0).collect();
+        for (id, r) in relevance::scores(f, query, &ids) {
+            if let Some(entry) = info.get_mut(&id) {
+                entry.1 = r;
+            }
+        }
+    }
+
     let mut rows: Vec<(i64, Parts, bool)> = match &round {
         None => pool
             .iter()
@@ -314,7 +334,7 @@ pub fn ranked(
                         _ => Parts::default(),
                     };
                     // r of the current key (the same as the row's k0 unless the compressor
-                    // changed since the fit).
+                    // changed since the fit), or of the round's relevance function.
                     parts.relevance = round.rho * r;
                     if round.settings.alpha != 0.0 {
                         parts.event_term = round.settings.alpha

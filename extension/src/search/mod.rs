@@ -358,18 +358,25 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
         }
         Method::KeyOpt => {
             let key = req.key();
-            crate::keyopt::rank::ranked(key, req.category_filter(), req.results_wanted, depth, None)
-                .into_iter()
-                .map(|(id, p, _)| Ranked {
-                    id,
-                    score: p.total() as f64,
-                    semantic: Some(p.relevance as f64),
-                    beta: Some(p.beta as f64),
-                    dk_term: Some(p.dk_term as f64),
-                    event_term: Some(p.event_term as f64),
-                    ..Ranked::default()
-                })
-                .collect()
+            crate::keyopt::rank::ranked(
+                &req.query,
+                key,
+                req.category_filter(),
+                req.results_wanted,
+                depth,
+                None,
+            )
+            .into_iter()
+            .map(|(id, p, _)| Ranked {
+                id,
+                score: p.total() as f64,
+                semantic: Some(p.relevance as f64),
+                beta: Some(p.beta as f64),
+                dk_term: Some(p.dk_term as f64),
+                event_term: Some(p.event_term as f64),
+                ..Ranked::default()
+            })
+            .collect()
         }
     }
 }

@@ -43,6 +43,9 @@ pub struct SupportEvent {
     pub group: u64,
     /// `Arm::skill` indexes the skill keys passed to [`fit`].
     pub arms: Vec<Arm>,
+    /// The base relevance r(task, skill) of each arm when it is not the key inner product qᵀk0
+    /// (a cross-encoder's score); None: qᵀk0. The reading must use the same r.
+    pub relevance: Option<Vec<f32>>,
 }
 
 /// The settings cross-validation chooses from.
@@ -239,7 +242,10 @@ fn build_groups(skill_keys: &[Vec<f32>], events: &[SupportEvent], mu: &[f32]) ->
         });
         let group = &mut groups[g];
         group.events.push(e);
-        for arm in &event.arms {
+        if let Some(r) = &event.relevance {
+            assert_eq!(r.len(), event.arms.len(), "one relevance per arm");
+        }
+        for (a, arm) in event.arms.iter().enumerate() {
             let skill = arm.skill as usize;
             assert!(
                 arm.skill >= 0 && skill < skill_keys.len(),
@@ -250,7 +256,10 @@ fn build_groups(skill_keys: &[Vec<f32>], events: &[SupportEvent], mu: &[f32]) ->
                 Some(j) => j,
                 None => {
                     group.skills.push(skill);
-                    group.relevance.push(dot(&group.key, &skill_keys[skill]));
+                    group.relevance.push(match &event.relevance {
+                        Some(r) => r[a],
+                        None => dot(&group.key, &skill_keys[skill]),
+                    });
                     counts[g].push((0, 0));
                     group.skills.len() - 1
                 }
@@ -736,6 +745,7 @@ mod tests {
             pairing,
             group: pairing,
             arms,
+            relevance: None,
         };
         let events = vec![
             // two runs of one task: skill 0 passes twice, skill 1 fails twice, skill 2 both
@@ -755,6 +765,30 @@ mod tests {
     }
 
     #[test]
+    fn a_given_relevance_replaces_the_key_inner_product() {
+        let keys = vec![vec![1.0, 0.0], vec![0.0, 1.0]];
+        let events = vec![SupportEvent {
+            key: vec![1.0, 0.0],
+            pairing: 1,
+            group: 1,
+            arms: vec![arm(0, false), arm(1, true)],
+            relevance: Some(vec![0.25, 0.75]),
+        }];
+        let groups = build_groups(&keys, &events, &[0.0, 0.0]);
+        assert_eq!(groups[0].relevance, vec![0.25, 0.75]);
+        // ρ is fitted against that r: skill 1 wins and has the higher r, so ρ > 0 explains it.
+        let without = build_groups(
+            &keys,
+            &[SupportEvent {
+                relevance: None,
+                ..events[0].clone()
+            }],
+            &[0.0, 0.0],
+        );
+        assert_eq!(without[0].relevance, vec![1.0, 0.0]);
+    }
+
+    #[test]
     fn no_discordant_pair_means_every_correction_is_exactly_zero() {
         let mut rng = SplitMix64(3);
         let keys: Vec<Vec<f32>> = (0..20).map(|_| unit(&mut rng, 16)).collect();
@@ -767,6 +801,7 @@ mod tests {
                 arms: (0..5)
                     .map(|j| arm(((t * 7 + j * 3) % 20) as i64, t % 3 == 0))
                     .collect(),
+                relevance: None,
             })
             .collect();
         let fitted = fit(&keys, &events, &FitOptions::default());
@@ -790,6 +825,7 @@ mod tests {
                 pairing: t,
                 group: t,
                 arms: vec![arm(w, true), arm(l, false)],
+                relevance: None,
             });
         }
         let fitted = fit(&keys, &events, &FitOptions::default());
@@ -814,6 +850,7 @@ mod tests {
                     pairing: t,
                     group: t / 3,
                     arms: vec![arm(good, true), arm((t % 12) as i64, t % 12 == good as u64)],
+                    relevance: None,
                 }
             })
             .collect();

@@ -178,6 +178,7 @@ impl World {
                     key: task.key,
                     pairing: t as u64,
                     group: task.group,
+                    relevance: None,
                 }
             })
             .collect()
