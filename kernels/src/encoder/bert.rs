@@ -1,0 +1,411 @@
+//! The BERT forward pass of all-MiniLM-L6-v2 on the CPU, over packed batches.
+//!
+//! A batch is not padded: the tokens of all its texts are laid end to end (N rows), the dense
+//! layers run once over all N rows, and attention runs per text and head over that text's own
+//! tokens. No compute goes to padding and no attention mask is needed. Matrix products are
+//! the `gemm` crate's (the kernels candle itself calls); the rest is fused passes from
+//! [`super::fastmath`] over buffers allocated once per batch, where candle allocates a tensor
+//! per operation and pads every text to the batch's longest.
+//!
+//! candle's own `BertModel` is the reference: a test checks both give the same embeddings.
+
+use std::path::Path;
+
+use candle_core::{DType, Device};
+use candle_nn::VarBuilder;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::fastmath::{gelu_in_place, layer_norm_rows, softmax_rows};
+
+/// The shape of the model, from its config.json; only what this forward pass supports loads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BertShape {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub intermediate: usize,
+    pub max_positions: usize,
+    pub layer_norm_eps: f32,
+}
+
+impl BertShape {
+    pub fn from_config(config: &serde_json::Value) -> Result<BertShape, String> {
+        let int = |key: &str| {
+            config[key]
+                .as_u64()
+                .map(|v| v as usize)
+                .ok_or_else(|| format!("config.json: {key} is missing or not a number"))
+        };
+        let text = |key: &str, default: &str| config[key].as_str().unwrap_or(default).to_string();
+        if text("hidden_act", "gelu") != "gelu" {
+            return Err(format!(
+                "config.json: hidden_act {} is not supported (gelu is)",
+                config["hidden_act"]
+            ));
+        }
+        if text("position_embedding_type", "absolute") != "absolute" {
+            return Err("config.json: only absolute position embeddings are supported".into());
+        }
+        let shape = BertShape {
+            vocab: int("vocab_size")?,
+            hidden: int("hidden_size")?,
+            layers: int("num_hidden_layers")?,
+            heads: int("num_attention_heads")?,
+            intermediate: int("intermediate_size")?,
+            max_positions: int("max_position_embeddings")?,
+            layer_norm_eps: config["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32,
+        };
+        if shape.heads == 0 || shape.hidden % shape.heads != 0 {
+            return Err(format!(
+                "config.json: {} heads do not divide hidden size {}",
+                shape.heads, shape.hidden
+            ));
+        }
+        Ok(shape)
+    }
+
+    fn head_dims(&self) -> usize {
+        self.hidden / self.heads
+    }
+}
+
+/// A dense layer: `out` rows, `inputs` columns, stored row-major as in the checkpoint.
+struct Dense {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+struct LayerNorm {
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+struct Layer {
+    /// Query, key and value stacked into one (3·hidden × hidden) layer: one product for all three.
+    qkv: Dense,
+    attention_out: Dense,
+    attention_norm: LayerNorm,
+    intermediate: Dense,
+    output: Dense,
+    output_norm: LayerNorm,
+}
+
+pub struct Bert {
+    shape: BertShape,
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Vec<f32>,
+    embedding_norm: LayerNorm,
+    layers: Vec<Layer>,
+}
+
+fn tensor(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Vec<f32>, String> {
+    vb.get(shape, name)
+        .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
+        .map_err(|e| format!("{}.{name}: {e}", vb.prefix()))
+}
+
+fn dense(vb: &VarBuilder, outputs: usize, inputs: usize) -> Result<Dense, String> {
+    Ok(Dense {
+        weight: tensor(vb, &[outputs, inputs], "weight")?,
+        bias: tensor(vb, &[outputs], "bias")?,
+        inputs,
+        outputs,
+    })
+}
+
+fn layer_norm(vb: &VarBuilder, width: usize) -> Result<LayerNorm, String> {
+    Ok(LayerNorm {
+        gamma: tensor(vb, &[width], "weight")?,
+        beta: tensor(vb, &[width], "bias")?,
+    })
+}
+
+impl Bert {
+    /// Reads the weights from a safetensors file (names as in the Hugging Face checkpoint).
+    pub fn load(weights: &Path, shape: BertShape) -> Result<Bert, String> {
+        // SAFETY: the file is mapped read-only and copied out before this returns; the caller
+        // verified its checksum, and nothing in this process writes it.
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &Device::Cpu) }
+                .map_err(|e| e.to_string())?;
+        let h = shape.hidden;
+        let e = vb.pp("embeddings");
+        let word = tensor(&e, &[shape.vocab, h], "word_embeddings.weight")?;
+        let position = tensor(&e, &[shape.max_positions, h], "position_embeddings.weight")?;
+        let token_type = tensor(&e, &[2, h], "token_type_embeddings.weight")?;
+        let embedding_norm = layer_norm(&e.pp("LayerNorm"), h)?;
+        let mut layers = Vec::with_capacity(shape.layers);
+        for i in 0..shape.layers {
+            let l = vb.pp(format!("encoder.layer.{i}"));
+            let a = l.pp("attention");
+            let (q, k, v) = (
+                dense(&a.pp("self.query"), h, h)?,
+                dense(&a.pp("self.key"), h, h)?,
+                dense(&a.pp("self.value"), h, h)?,
+            );
+            let qkv = Dense {
+                weight: [q.weight, k.weight, v.weight].concat(),
+                bias: [q.bias, k.bias, v.bias].concat(),
+                inputs: h,
+                outputs: 3 * h,
+            };
+            layers.push(Layer {
+                qkv,
+                attention_out: dense(&a.pp("output.dense"), h, h)?,
+                attention_norm: layer_norm(&a.pp("output.LayerNorm"), h)?,
+                intermediate: dense(&l.pp("intermediate.dense"), shape.intermediate, h)?,
+                output: dense(&l.pp("output.dense"), h, shape.intermediate)?,
+                output_norm: layer_norm(&l.pp("output.LayerNorm"), h)?,
+            });
+        }
+        Ok(Bert {
+            shape,
+            word,
+            position,
+            token_type,
+            embedding_norm,
+            layers,
+        })
+    }
+
+    pub fn shape(&self) -> &BertShape {
+        &self.shape
+    }
+
+    /// Mean of the last hidden states over each text's tokens (not normalised), one row of
+    /// `hidden` floats per text. Token ids must be below the vocabulary size and a text no
+    /// longer than the position table (the tokenizer truncates well before).
+    pub fn mean_pooled(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+        let h = self.shape.hidden;
+        let mut starts = Vec::with_capacity(batch.len());
+        let mut rows = 0;
+        for (i, ids) in batch.iter().enumerate() {
+            if ids.len() > self.shape.max_positions {
+                return Err(format!(
+                    "text {i} has {} tokens, the model reads at most {}",
+                    ids.len(),
+                    self.shape.max_positions
+                ));
+            }
+            if let Some(id) = ids.iter().find(|&&id| id as usize >= self.shape.vocab) {
+                return Err(format!("text {i}: token id {id} is outside the vocabulary"));
+            }
+            starts.push(rows);
+            rows += ids.len();
+        }
+        let mut x = self.embed(batch, rows);
+        let mut qkv = vec![0f32; rows * 3 * h];
+        let mut context = vec![0f32; rows * h];
+        let mut wide = vec![0f32; rows * self.shape.intermediate];
+        let mut attended = vec![0f32; rows * h];
+        for layer in &self.layers {
+            layer.qkv.apply(&x, rows, &mut qkv, None);
+            self.attention(&qkv, batch, &starts, &mut context);
+            // The residual goes in with the bias: out = x + b + context·Wᵀ.
+            layer
+                .attention_out
+                .apply(&context, rows, &mut attended, Some(&x));
+            layer_norm_rows(
+                &mut attended,
+                &layer.attention_norm.gamma,
+                &layer.attention_norm.beta,
+                self.shape.layer_norm_eps,
+            );
+            layer.intermediate.apply(&attended, rows, &mut wide, None);
+            gelu_in_place(&mut wide);
+            layer.output.apply(&wide, rows, &mut x, Some(&attended));
+            layer_norm_rows(
+                &mut x,
+                &layer.output_norm.gamma,
+                &layer.output_norm.beta,
+                self.shape.layer_norm_eps,
+            );
+        }
+        Ok(batch
+            .iter()
+            .zip(&starts)
+            .map(|(ids, &start)| {
+                let mut mean = vec![0f32; h];
+                for row in x[start * h..(start + ids.len()) * h].chunks_exact(h) {
+                    for (m, v) in mean.iter_mut().zip(row) {
+                        *m += v;
+                    }
+                }
+                let count = ids.len().max(1) as f32;
+                mean.iter_mut().for_each(|m| *m /= count);
+                mean
+            })
+            .collect())
+    }
+
+    /// Word + position (restarting at 0 for each text) + token type 0, layer-normalised.
+    fn embed(&self, batch: &[&[u32]], rows: usize) -> Vec<f32> {
+        let h = self.shape.hidden;
+        let mut x = Vec::with_capacity(rows * h);
+        for ids in batch {
+            for (position, &id) in ids.iter().enumerate() {
+                let word = &self.word[id as usize * h..][..h];
+                let pos = &self.position[position * h..][..h];
+                x.extend(
+                    word.iter()
+                        .zip(pos)
+                        .zip(&self.token_type[..h])
+                        .map(|((w, p), t)| w + p + t),
+                );
+            }
+        }
+        layer_norm_rows(
+            &mut x,
+            &self.embedding_norm.gamma,
+            &self.embedding_norm.beta,
+            self.shape.layer_norm_eps,
+        );
+        x
+    }
+
+    /// Scaled dot-product attention of every text and head, from the stacked q|k|v rows into
+    /// `context` (rows × hidden, heads side by side). One task per (text, head).
+    fn attention(&self, qkv: &[f32], batch: &[&[u32]], starts: &[usize], context: &mut [f32]) {
+        let h = self.shape.hidden;
+        let d = self.shape.head_dims();
+        let heads = self.shape.heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let out = SharedRows(context.as_mut_ptr());
+        let stride = 3 * h;
+        (0..batch.len() * heads).into_par_iter().for_each_init(
+            Vec::new,
+            |scores: &mut Vec<f32>, task| {
+                let (text, head) = (task / heads, task % heads);
+                let len = batch[text].len();
+                if len == 0 {
+                    return;
+                }
+                let first = starts[text] * stride + head * d;
+                let (q, k, v) = (&qkv[first..], &qkv[first + h..], &qkv[first + 2 * h..]);
+                scores.clear();
+                scores.resize(len * len, 0.0);
+                // SAFETY (both products): every pointer stays inside its buffer: q, k and v rows
+                // start..start+len of this text, columns head·d..head·d+d of their third of a
+                // stride-wide row; scores is len×len. Each task writes `context` only at its own
+                // text's rows and its own head's columns, so no two tasks write the same element,
+                // and `context` outlives the parallel loop.
+                unsafe {
+                    // scores = scale · q kᵀ (len × len)
+                    gemm::gemm(
+                        len,
+                        len,
+                        d,
+                        scores.as_mut_ptr(),
+                        1,
+                        len as isize,
+                        false,
+                        q.as_ptr(),
+                        1,
+                        stride as isize,
+                        k.as_ptr(),
+                        stride as isize,
+                        1,
+                        0.0,
+                        scale,
+                        false,
+                        false,
+                        false,
+                        Parallelism::None,
+                    );
+                }
+                softmax_rows(scores, len);
+                unsafe {
+                    // context[text rows, head columns] = scores · v (len × d)
+                    let dst = out.at(starts[text] * h + head * d);
+                    gemm::gemm(
+                        len,
+                        d,
+                        len,
+                        dst,
+                        1,
+                        h as isize,
+                        false,
+                        scores.as_ptr(),
+                        1,
+                        len as isize,
+                        v.as_ptr(),
+                        1,
+                        stride as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        Parallelism::None,
+                    );
+                }
+            },
+        );
+    }
+}
+
+/// The context buffer shared by the attention tasks, which write disjoint blocks of it.
+#[derive(Clone, Copy)]
+struct SharedRows(*mut f32);
+// SAFETY: only used in `Bert::attention`, whose tasks write disjoint elements (see there).
+unsafe impl Send for SharedRows {}
+unsafe impl Sync for SharedRows {}
+
+impl SharedRows {
+    /// The element at `offset` (a method, so closures capture the Sync wrapper, not the pointer).
+    ///
+    /// # Safety
+    /// `offset` must be inside the buffer.
+    unsafe fn at(self, offset: usize) -> *mut f32 {
+        self.0.add(offset)
+    }
+}
+
+impl Dense {
+    /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads.
+    fn apply(&self, input: &[f32], rows: usize, out: &mut [f32], residual: Option<&[f32]>) {
+        assert_eq!(input.len(), rows * self.inputs);
+        assert_eq!(out.len(), rows * self.outputs);
+        for (i, row) in out.chunks_exact_mut(self.outputs).enumerate() {
+            row.copy_from_slice(&self.bias);
+            if let Some(residual) = residual {
+                for (o, r) in row
+                    .iter_mut()
+                    .zip(&residual[i * self.outputs..][..self.outputs])
+                {
+                    *o += r;
+                }
+            }
+        }
+        // SAFETY: out is rows × outputs, input rows × inputs, weight outputs × inputs (read as
+        // its transpose: column stride `inputs`), all row-major; the lengths are asserted above.
+        unsafe {
+            gemm::gemm(
+                rows,
+                self.outputs,
+                self.inputs,
+                out.as_mut_ptr(),
+                1,
+                self.outputs as isize,
+                true,
+                input.as_ptr(),
+                1,
+                self.inputs as isize,
+                self.weight.as_ptr(),
+                self.inputs as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::Rayon(0),
+            );
+        }
+    }
+}
