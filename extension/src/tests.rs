@@ -1335,6 +1335,50 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_token_budget_or_no_k_does_not_reorder_hybrid() {
+        if !have_model() {
+            return;
+        }
+        // 180 skills that all mention caching, on 12 topics: both of hybrid's lists run past
+        // their depth of 100, and skills strong in one list sit deep in the other.
+        let topics = [
+            "HTTP cache headers for a web service",
+            "Redis cache eviction policies",
+            "CPU cache misses in a tight loop",
+            "browser cache busting for static assets",
+            "the pip download cache in CI",
+            "DNS cache poisoning in a security review",
+            "Docker layer cache when building images",
+            "memoization of a recursive function",
+            "cache invalidation after a database write",
+            "a CDN edge cache for images",
+            "the query plan cache of PostgreSQL",
+            "Gradle build cache across machines",
+        ];
+        for i in 0..180 {
+            let topic = topics[i % topics.len()];
+            let repeats = "cache ".repeat(1 + i % 7);
+            exec(&format!(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES \
+                 ('cache-{i}', 'Notes {i} on {topic}', 'Steps {i}: {repeats} then check {topic}.')"
+            ));
+        }
+        exec("SELECT skills.embed_pending()");
+        let q = "'invalidate the cache of a web service after a write'";
+        let top5 = ids_of(&search(&format!("{q}, k => 5, method => 'hybrid'")));
+        assert_eq!(top5.len(), 5);
+        let budgeted = ids_of(&search(&format!(
+            "{q}, k => 5, token_budget => 1000000, method => 'hybrid'"
+        )));
+        assert_eq!(budgeted, top5, "a budget reads deeper; the first five stay");
+        let all = ids_of(&search(&format!("{q}, k => NULL, method => 'hybrid'")));
+        assert_eq!(all.len(), 180, "every skill, each once");
+        assert_eq!(all[..5], top5[..], "no k: the pool first");
+        let top100 = ids_of(&search(&format!("{q}, k => 100, method => 'hybrid'")));
+        assert_eq!(all[..100], top100[..]);
+    }
+
+    #[pg_test]
     fn a_relevance_function_replaces_r_in_readings_and_fits() {
         if !have_model() {
             return;

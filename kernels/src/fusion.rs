@@ -32,9 +32,53 @@ pub fn reciprocal_rank_fusion(rankings: &[Ranking<'_>], k: f64) -> Vec<(i64, f64
     out
 }
 
+/// `pool` in its order, then the rows of `deeper` whose id is not in it, in theirs.
+///
+/// For rankings whose order depends on how deep their inputs were read (fusion of truncated
+/// lists): the pool is read at a depth fixed by the request alone, and a deeper reading only
+/// appends, so asking for more rows (a token budget, no k) never reorders the first ones.
+pub fn pool_first<T>(pool: Vec<T>, deeper: Vec<T>, id: impl Fn(&T) -> i64) -> Vec<T> {
+    let in_pool: std::collections::HashSet<i64> = pool.iter().map(&id).collect();
+    let mut out = pool;
+    out.extend(deeper.into_iter().filter(|row| !in_pool.contains(&id(row))));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deeper_lists_reorder_a_fusion_but_not_its_pool_first_extension() {
+        // Two lists of 300: a and b are 2nd and 3rd by bm25 and near the bottom semantically,
+        // b (rank 201) above a (rank 299).
+        let (a, b) = (1000, 1001);
+        let bm25: Vec<i64> = [7, a, b].into_iter().chain(2000..2297).collect();
+        let mut semantic: Vec<i64> = (3000..3298).collect();
+        semantic.insert(200, b);
+        semantic.push(a);
+        let fuse_at = |depth: usize| {
+            let lists = [&bm25[..depth], &semantic[..depth]];
+            reciprocal_rank_fusion(&lists.map(|ids| Ranking { ids, weight: 1.0 }), RRF_K)
+        };
+        let place = |rows: &[(i64, f64)], id: i64| rows.iter().position(|r| r.0 == id).unwrap();
+        let shallow = fuse_at(100);
+        let deep = fuse_at(300);
+        assert!(
+            place(&shallow, a) < place(&shallow, b),
+            "read to 100: a before b"
+        );
+        assert!(
+            place(&deep, b) < place(&deep, a),
+            "read to 300: b overtakes a"
+        );
+        let extended = pool_first(shallow.clone(), deep, |r| r.0);
+        assert_eq!(extended[..shallow.len()], shallow[..]);
+        let ids: std::collections::HashSet<i64> = extended.iter().map(|r| r.0).collect();
+        assert_eq!(ids.len(), extended.len(), "no id twice");
+        // bm25's 300 ids and semantic's 298 others (a and b are in both).
+        assert_eq!(extended.len(), 598, "every id of both lists once");
+    }
 
     #[test]
     fn agreement_ranks_first_and_weights_shift_the_order() {

@@ -24,7 +24,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use pg_skills_kernels::fusion::{reciprocal_rank_fusion, Ranking, RRF_K};
+use pg_skills_kernels::fusion::{pool_first, reciprocal_rank_fusion, Ranking, RRF_K};
 use pg_skills_kernels::serving::{serve, Limits};
 
 use crate::embedding::{query_key_values, select_one, spi_error};
@@ -330,10 +330,21 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
         }
         Method::Hybrid => {
             let key = req.key();
-            let list_depth = depth.map(|d| d.max(HYBRID_DEPTH));
-            let b = bm25(&req.query, req.category_filter(), list_depth);
-            let s = semantic(&key, req.category_filter(), list_depth);
-            let mut fused = fuse(req, &b, &s, RRF_K);
+            // The fused lists are as deep as k alone asks (at least HYBRID_DEPTH). Fusing deeper
+            // lists adds reciprocal ranks and can reorder the top; a deeper reading (a token
+            // budget, k => NULL) therefore only appends rows after the pool.
+            let pool_depth = req.results_wanted.unwrap_or(0).max(HYBRID_DEPTH);
+            let b = bm25(&req.query, req.category_filter(), Some(pool_depth));
+            let s = semantic(&key, req.category_filter(), Some(pool_depth));
+            let lists_complete = b.len() < pool_depth && s.len() < pool_depth;
+            let pool = fuse(req, &b, &s, RRF_K);
+            let mut fused = if lists_complete || depth.is_some_and(|d| d <= pool.len()) {
+                pool
+            } else {
+                let b = bm25(&req.query, req.category_filter(), depth);
+                let s = semantic(&key, req.category_filter(), depth);
+                pool_first(pool, fuse(req, &b, &s, RRF_K), |r| r.id)
+            };
             if let Some(d) = depth {
                 fused.truncate(d);
             }
