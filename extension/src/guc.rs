@@ -39,6 +39,8 @@ pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
 /// empty: the key inner product.
 pub static RELEVANCE_FUNCTION: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(None);
+/// Threads of the embedder worker's encoder (0: one per core).
+pub static EMBEDDER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Longest wait of an idle embedder worker, in ms.
 pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
@@ -83,6 +85,16 @@ pub fn init() {
         &EMBEDDER_BATCH_SIZE,
         1,
         1024,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.embedder_threads",
+        c"Threads the embedder worker's encoder runs on (0: one per core).",
+        c"Bounds the cores the worker keeps busy, for example to leave some to searches on a larger machine.",
+        &EMBEDDER_THREADS,
+        0,
+        256,
         GucContext::Sighup,
         GucFlags::default(),
     );

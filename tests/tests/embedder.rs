@@ -67,6 +67,35 @@ fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
         .unwrap()
         .get(0);
     assert!(pid.is_some(), "the worker shows in pg_stat_activity");
+    // The worker's encoder threads: one per core, then as many as pg_skills.embedder_threads.
+    let encoder_threads = |pid: i32| {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .filter(|comm| comm.starts_with("pg_skills embed"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let pid = pid.unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(encoder_threads(pid), cores);
+    // One statement each: ALTER SYSTEM refuses the implicit transaction of a batch.
+    admin
+        .batch_execute("ALTER SYSTEM SET pg_skills.embedder_threads = 1")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(
+        &mut admin,
+        "one encoder thread",
+        Duration::from_secs(30),
+        |_| encoder_threads(pid) == 1,
+    );
+    admin
+        .batch_execute("ALTER SYSTEM RESET pg_skills.embedder_threads")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
     // Every key is k0 of the skill's current content with unit norm.
     let bad: i64 = admin
         .query_one(

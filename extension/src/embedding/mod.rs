@@ -71,11 +71,47 @@ pub fn raise_encoder_error(e: EncoderError) -> ! {
     raise(code, e.to_string(), hint)
 }
 
+/// The threads the embedder worker's encoder runs on: (threads, pool). Backends use rayon's
+/// global pool (a thread per core).
+static ENCODER_THREADS: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+
+/// From now on, runs this process's encoder on `threads` threads (0: one per core). Called by
+/// the embedder worker on every round; a pool is built only when the number changes.
+pub fn set_worker_threads(threads: usize) {
+    let mut current = ENCODER_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    if current.as_ref().is_some_and(|(t, _)| *t == threads) {
+        return;
+    }
+    let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("pg_skills embedder {i}"))
+        .build();
+    *current = match built {
+        Ok(pool) => Some((threads, Arc::new(pool))),
+        Err(e) => {
+            warning!(
+                "pg_skills: could not start the embedder's encoder threads ({e}); using rayon's"
+            );
+            None
+        }
+    };
+}
+
 /// Embeds `texts` with interrupt checks between batches.
 pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
-    encoder.embed_with(texts, pg_skills_kernels::encoder::BATCH_SIZE, &mut |_| {
-        pg_sys::check_for_interrupts!();
-    })
+    let pool = ENCODER_THREADS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|(_, pool)| pool.clone());
+    encoder.embed_on(
+        pool.as_deref(),
+        texts,
+        pg_skills_kernels::encoder::BATCH_SIZE,
+        &mut |_| {
+            pg_sys::check_for_interrupts!();
+        },
+    )
 }
 
 /// e(text): the 384-d sentence embedding (mean-pooled, unit length).

@@ -38,6 +38,7 @@ pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
+        super::set_worker_threads(guc::EMBEDDER_THREADS.get().max(0) as usize);
         let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
         wait = match BackgroundWorker::transaction(one_round) {
             Round::Worked => Duration::ZERO,

@@ -228,6 +228,18 @@ impl Encoder {
         batch_size: usize,
         after_batch: &mut dyn FnMut(usize),
     ) -> Result<Vec<Vec<f32>>, EncoderError> {
+        self.embed_on(None, texts, batch_size, after_batch)
+    }
+
+    /// As [`Encoder::embed_with`], the forward passes on `threads` (None: rayon's global pool,
+    /// a thread per core). `after_batch` runs on the calling thread.
+    pub fn embed_on(
+        &self,
+        threads: Option<&rayon::ThreadPool>,
+        texts: &[&str],
+        batch_size: usize,
+        after_batch: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>, EncoderError> {
         let ids = self.tokenize(texts)?;
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (ids[i].len(), i));
@@ -235,7 +247,11 @@ impl Encoder {
         let mut done = 0;
         for chunk in order.chunks(batch_size.max(1)) {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
-            let vectors = self.forward(&batch).map_err(EncoderError::Run)?;
+            let vectors = match threads {
+                Some(pool) => pool.install(|| self.forward(&batch)),
+                None => self.forward(&batch),
+            }
+            .map_err(EncoderError::Run)?;
             for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;
             }
