@@ -1769,6 +1769,21 @@ mod tests {
     }
 
     #[pg_test]
+    fn every_listed_method_answers() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        for method in pg_skills_kernels::serving::SEARCH_METHODS {
+            let rows = search(&format!(
+                "'write pytest fixtures for a database', k => 3, method => '{method}'"
+            ));
+            assert!(!rows.is_empty(), "{method} served nothing");
+        }
+    }
+
+    #[pg_test]
     fn hybrid_is_reciprocal_rank_fusion_of_bm25_and_semantic() {
         if !have_model() {
             return;

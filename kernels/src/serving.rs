@@ -5,6 +5,18 @@
 //! shorter skill further down may still fit); serving stops after `k` rows. Absent limits
 //! constrain nothing.
 
+/// The rankings `skills.search(..., method => ...)` offers, in the order the documentation and
+/// the evaluation list them. The extension validates against this list and the search
+/// evaluation runs each of them.
+pub const SEARCH_METHODS: [&str; 6] = [
+    "bm25",
+    "semantic",
+    "hybrid",
+    "graph",
+    "skilltrace",
+    "keyopt",
+];
+
 /// The request's limits; `None` means no constraint.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Limits {

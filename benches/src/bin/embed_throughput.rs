@@ -74,7 +74,10 @@ fn main() {
     };
     let (documents, queries) = (list("documents"), list("queries"));
     pg_skills_kernels::encoder::keep_freed_memory();
-    let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e}"));
+    let encoder = Encoder::load(&args.model).unwrap_or_else(|e| {
+        eprintln!("embed_throughput: {e} (./x model fetches the model)");
+        std::process::exit(2)
+    });
     // One warm-up batch (allocator, thread pool).
     let warm: Vec<&str> = queries
         .iter()

@@ -25,16 +25,9 @@ use std::time::Instant;
 use clap::Parser;
 use pg_skills_benches::eval::{distractors, hash, load, Dataset};
 use pg_skills_benches::metrics::{mean, query_metrics, Metrics, CUTOFF};
+use pg_skills_kernels::serving::SEARCH_METHODS as METHODS;
 use postgres::{Client, NoTls};
 
-const METHODS: [&str; 6] = [
-    "bm25",
-    "semantic",
-    "hybrid",
-    "graph",
-    "skilltrace",
-    "keyopt",
-];
 /// The budget of the constrained pass, in prompt tokens.
 const BUDGET: i32 = 1500;
 

@@ -25,19 +25,10 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::fusion::{pool_first, reciprocal_rank_fusion, Ranking, RRF_K};
-use pg_skills_kernels::serving::{serve, Limits};
+use pg_skills_kernels::serving::{serve, Limits, SEARCH_METHODS as METHODS};
 
 use crate::embedding::{query_key_values, select_one, spi_error};
 use crate::errors::raise;
-
-pub const METHODS: [&str; 6] = [
-    "bm25",
-    "semantic",
-    "hybrid",
-    "graph",
-    "skilltrace",
-    "keyopt",
-];
 
 /// First-stage hits of each kind that seed the graph walks.
 pub const SEEDS: usize = 10;
