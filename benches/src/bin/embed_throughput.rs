@@ -11,6 +11,9 @@ use clap::Parser;
 
 use pg_skills_kernels::encoder::{document_text, Encoder, BATCH_SIZE, DEFAULT_MODEL_DIR};
 
+/// Queries encoded one per call for the single-query rate.
+const SINGLE_QUERIES: usize = 300;
+
 #[derive(Parser)]
 struct Args {
     #[arg(long, default_value = DEFAULT_MODEL_DIR)]
@@ -93,8 +96,16 @@ fn main() {
     };
     let docs = rate(&documents);
     let qs = rate(&queries);
+    // One query per call, as a search encodes it: latency rather than batch throughput.
+    let single = &queries[..SINGLE_QUERIES.min(queries.len())];
+    let t = Instant::now();
+    for q in single {
+        encoder.embed(&[q.as_str()]).unwrap();
+    }
+    let single_qs = single.len() as f64 / t.elapsed().as_secs_f64();
     println!(
         "{}",
-        serde_json::json!({"engine": "pg_skills (own BERT forward, gemm)", "documents_per_s": docs, "queries_per_s": qs})
+        serde_json::json!({"engine": "pg_skills (own BERT forward, gemm)", "documents_per_s": docs,
+                           "queries_per_s": qs, "single_queries_per_s": single_qs})
     );
 }
