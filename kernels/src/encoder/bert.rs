@@ -173,10 +173,6 @@ impl Bert {
         })
     }
 
-    pub fn shape(&self) -> &BertShape {
-        &self.shape
-    }
-
     /// Mean of the last hidden states over each text's tokens (not normalised), one row of
     /// `hidden` floats per text. Token ids must be below the vocabulary size and a text no
     /// longer than the position table (the tokenizer truncates well before).

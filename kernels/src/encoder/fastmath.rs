@@ -104,33 +104,34 @@ fn gelu_slice_generic(values: &mut [f32]) {
 }
 dispatch!(gelu_in_place, gelu_slice_generic, (values: &mut [f32]));
 
+/// Folds `values` into LANES partial results with `step`, then combines those with `combine`
+/// (which must agree with `step` on partial results: max/max, sum/sum, sum of squares/sum).
 #[inline(always)]
-fn lane_max(values: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
+fn lane_fold(
+    values: &[f32],
+    init: f32,
+    step: impl Fn(f32, f32) -> f32,
+    combine: impl Fn(f32, f32) -> f32,
+) -> f32 {
+    let mut lanes = [init; LANES];
     let mut chunks = values.chunks_exact(LANES);
     for chunk in &mut chunks {
         for (l, v) in lanes.iter_mut().zip(chunk) {
-            *l = l.max(*v);
+            *l = step(*l, *v);
         }
     }
-    let tail = chunks
-        .remainder()
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    lanes.iter().fold(tail, |m, v| m.max(*v))
+    let tail = chunks.remainder().iter().fold(init, |a, v| step(a, *v));
+    lanes.iter().fold(tail, |a, l| combine(a, *l))
+}
+
+#[inline(always)]
+fn lane_max(values: &[f32]) -> f32 {
+    lane_fold(values, f32::NEG_INFINITY, f32::max, f32::max)
 }
 
 #[inline(always)]
 fn lane_sum(values: &[f32]) -> f32 {
-    let mut lanes = [0f32; LANES];
-    let mut chunks = values.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (l, v) in lanes.iter_mut().zip(chunk) {
-            *l += *v;
-        }
-    }
-    let tail: f32 = chunks.remainder().iter().fold(0.0, |s, v| s + v);
-    lanes.iter().fold(tail, |s, v| s + v)
+    lane_fold(values, 0.0, |s, v| s + v, |s, v| s + v)
 }
 
 /// Softmax of each `width`-long row of `values`, in place.
@@ -159,15 +160,7 @@ fn layer_norm_rows_generic(values: &mut [f32], gamma: &[f32], beta: &[f32], eps:
         for v in row.iter_mut() {
             *v -= mean;
         }
-        let mut squares = [0f32; LANES];
-        let mut chunks = row.chunks_exact(LANES);
-        for chunk in &mut chunks {
-            for (s, v) in squares.iter_mut().zip(chunk) {
-                *s = v.mul_add(*v, *s);
-            }
-        }
-        let tail: f32 = chunks.remainder().iter().fold(0.0, |s, v| v.mul_add(*v, s));
-        let variance = squares.iter().fold(tail, |s, v| s + v) / width as f32;
+        let variance = lane_fold(row, 0.0, |s, v| v.mul_add(v, s), |s, v| s + v) / width as f32;
         let scale = 1.0 / (variance + eps).sqrt();
         for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
             *v = (*v * scale).mul_add(*g, *b);

