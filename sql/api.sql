@@ -13,6 +13,7 @@ COMMENT ON FUNCTION skills.classify(text, text, text) IS
 CREATE FUNCTION skills.skill_before_write()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     limit_bytes bigint;
@@ -124,6 +125,7 @@ RETURN (SELECT coalesce(jsonb_agg(e ORDER BY ord), '[]'::jsonb)
 -- A place that now holds other content is removed from the skill that had it.
 CREATE FUNCTION skills.apply_staging(OUT new_skills bigint, OUT updated bigint, OUT merged bigint, OUT unchanged bigint)
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF to_regclass('pg_temp.skill_staging') IS NULL THEN
@@ -222,6 +224,7 @@ RETURNS TABLE (id bigint, name text, category skills.category, score double prec
                graph double precision, beta double precision, dk_term double precision,
                event_term double precision)
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
            r.dk_term, r.event_term

@@ -20,6 +20,7 @@ CREATE OPERATOR CLASS skills.bm25_ops
 -- The bm25 index on skills.skill, or NULL when there is none.
 CREATE FUNCTION skills.bm25_index() RETURNS regclass
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     found regclass[];
@@ -40,6 +41,7 @@ $$;
 
 CREATE FUNCTION skills.bm25query(query text, index regclass DEFAULT NULL) RETURNS skills.bm25query
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     chosen regclass := coalesce(index, skills.bm25_index());
@@ -68,6 +70,7 @@ CREATE FUNCTION skills.bm25_index_search(
     index regclass)
 RETURNS TABLE (id bigint, score double precision)
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_sort = off
 AS $$

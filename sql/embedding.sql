@@ -58,6 +58,7 @@ INSERT INTO skills.embedder_progress DEFAULT VALUES;
 CREATE FUNCTION skills.enqueue_embedding()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF TG_OP = 'INSERT' OR NEW.content_hash IS DISTINCT FROM OLD.content_hash THEN
@@ -105,6 +106,7 @@ COMMENT ON FUNCTION skills.query_key(text) IS
 -- no encoder run is needed.
 CREATE FUNCTION skills.recompress_keys() RETURNS bigint
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     active integer := (SELECT c.version FROM skills.compressor AS c WHERE c.active);
@@ -129,6 +131,7 @@ CREATE FUNCTION skills.train_compressor(
     activate boolean DEFAULT true)
 RETURNS integer
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     trained record;

@@ -31,7 +31,9 @@ CREATE TABLE skills.graph_state (
 INSERT INTO skills.graph_state VALUES (0, NULL);
 
 CREATE FUNCTION skills.edge_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     UPDATE skills.graph_state SET version = version + 1;
     RETURN NULL;
@@ -53,6 +55,7 @@ CREATE FUNCTION skills.build_graph(
     neighbours integer DEFAULT 8)
 RETURNS TABLE (type skills.edge_type, edges bigint)
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL

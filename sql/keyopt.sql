@@ -78,6 +78,7 @@ CREATE FUNCTION skills.record_run(
     allow_stale boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     new_event bigint;
@@ -157,6 +158,7 @@ COMMENT ON FUNCTION skills.fit() IS
 -- Makes a stored round the active one (rollback, or roll forward again).
 CREATE FUNCTION skills.use_round(n integer) RETURNS integer
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM skills.keyopt_round AS r WHERE r.round = n) THEN

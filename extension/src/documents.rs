@@ -17,13 +17,19 @@ fn content_hash(name: &str, description: &str, instructions: &str) -> String {
 /// LLM prompt tokens (o200k_base) of the document as a prompt receives it.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
-    i32::try_from(skill::token_count(name, description, instructions)).unwrap_or(i32::MAX)
+    let n = skill::token_count_with(name, description, instructions, &mut || {
+        pgrx::pg_sys::check_for_interrupts!();
+    });
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// LLM prompt tokens (o200k_base) of any text, e.g. a block from `skills.render_context`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn prompt_tokens(text: &str) -> i32 {
-    i32::try_from(skill::prompt_tokens(text)).unwrap_or(i32::MAX)
+    let n = skill::prompt_tokens_with(text, &mut || {
+        pgrx::pg_sys::check_for_interrupts!();
+    });
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// The classifier's label; `skills.classify` casts it to `skills.category`.

@@ -41,6 +41,13 @@ pub static RELEVANCE_FUNCTION: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(None);
 /// Threads of the embedder worker's encoder (0: one per core).
 pub static EMBEDDER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// The role the background workers run their rounds as.
+pub static WORKER_ROLE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"skills_worker"));
+/// Longest query text a search, a context or a recorded run takes, in bytes.
+pub static MAX_QUERY_SIZE_B: GucSetting<i32> = GucSetting::<i32>::new(32 * 1024);
+/// Threads a backend's encoder runs on (queries, skills.embed_pending).
+pub static ENCODER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
 /// Longest wait of an idle embedder worker, in ms.
 pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
@@ -55,6 +62,13 @@ pub fn relevance_function() -> Option<String> {
     RELEVANCE_FUNCTION
         .get()
         .map(|s| s.to_string_lossy().into_owned())
+}
+
+pub fn worker_role() -> String {
+    WORKER_ROLE
+        .get()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "skills_worker".to_string())
 }
 
 pub fn embedder_database() -> String {
@@ -96,6 +110,16 @@ pub fn init() {
         0,
         256,
         GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.encoder_threads",
+        c"Threads each backend's encoder runs on (query keys, skills.embed_pending).",
+        c"Per connection that encodes: N connections may run N times this many encoder threads. The embedder worker uses pg_skills.embedder_threads.",
+        &ENCODER_THREADS,
+        1,
+        64,
+        GucContext::Suset,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
@@ -145,8 +169,27 @@ pub fn init() {
         &MAX_DOCUMENT_SIZE_KB,
         1,
         100 * 1024,
-        GucContext::Userset,
+        // It bounds the memory and time each insert may take: only a superuser raises it.
+        GucContext::Suset,
         GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.max_query_size",
+        c"Longest query text accepted by searches, render_context, query keys and recorded runs.",
+        c"Longer texts fail with SQLSTATE 54000. It bounds the encoder's and the analyzer's work per call.",
+        &MAX_QUERY_SIZE_B,
+        64,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_BYTE,
+    );
+    GucRegistry::define_string_guc(
+        c"pg_skills.worker_role",
+        c"Role the embedder and fitter workers run their work as.",
+        c"CREATE EXTENSION creates skills_worker with the privileges the workers need; a role named here needs the same (see the operations guide).",
+        &WORKER_ROLE,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_float_guc(
         c"pg_skills.graph_reverse_weight",
@@ -216,6 +259,18 @@ fn define_embedder_database() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+}
+
+/// Raises 54000 when `query` is longer than `pg_skills.max_query_size`.
+pub fn check_query_size(query: &str) {
+    let limit = MAX_QUERY_SIZE_B.get() as usize;
+    if query.len() > limit {
+        crate::errors::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("the query text is {} bytes, over the limit of {limit} bytes", query.len()),
+            Some("Shorten the query (the encoder reads its first 256 tokens), or ask a superuser to raise pg_skills.max_query_size."),
+        );
+    }
 }
 
 pub fn max_document_bytes() -> i64 {

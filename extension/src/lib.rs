@@ -2,6 +2,8 @@
 //! (`pg_skills_kernels`, `pg_skills_corpus`); this crate maps them onto SQL.
 //!
 //! - [`guc`]: configuration (`pg_skills.*`).
+//! - [`spi`]: every SQL statement the extension runs, under a fixed search_path.
+//! - [`cancel`]: query cancellation inside the kernels' long loops.
 //! - [`schema`]: the SQL files in `sql/` that define tables, views, triggers and `skills.search`.
 //! - [`documents`]: per-document functions the trigger and loader share (hash, tokens, category).
 //! - [`bm25`]: the `bm25` index access method and its `<&>` operator.
@@ -18,6 +20,7 @@ use pgrx::prelude::*;
 mod am;
 mod bgworker;
 mod bm25;
+mod cancel;
 mod documents;
 mod embedding;
 mod errors;
@@ -26,6 +29,7 @@ mod guc;
 mod key;
 mod keyopt;
 mod schema;
+mod spi;
 mod search;
 mod storage;
 
@@ -33,6 +37,7 @@ mod storage;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    cancel::install();
     guc::init();
     bm25::options::register();
     key::index::options::register();

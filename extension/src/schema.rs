@@ -37,4 +37,17 @@ pgrx::extension_sql_file!(
     requires = ["embedding", "keyopt", search::graph::rule_edges]
 );
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
-pgrx::extension_sql_file!("../../sql/api.sql", name = "api", finalize);
+pgrx::extension_sql_file!(
+    "../../sql/api.sql",
+    name = "api",
+    requires = [
+        "schema",
+        documents::content_hash,
+        documents::token_count,
+        documents::classify_label,
+        documents::max_document_bytes,
+        search::search_ranked
+    ]
+);
+// Roles, grants and what PUBLIC may not run: last, when every object exists.
+pgrx::extension_sql_file!("../../sql/privileges.sql", name = "privileges", finalize);

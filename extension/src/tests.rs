@@ -1417,9 +1417,17 @@ mod tests {
             one::<String>(&format!(
                 "SELECT relevance_function FROM skills.keyopt_rounds WHERE round = {round}"
             )),
-            "stub_cross_encoder(text,bigint[])"
+            "public.stub_cross_encoder(text,bigint[])"
         );
+        // The round table only says which function the round needs: with the setting reset
+        // (or naming another function) its readings are refused, not run.
         exec("RESET pg_skills.relevance_function");
+        assert_refused(
+            &format!("PERFORM skills.keyopt_score({q}, {})", ids[2]),
+            "object_not_in_prerequisite_state",
+            "KeyOpt round % was fitted with the relevance function public.stub_cross_encoder(text,bigint[]), which pg_skills.relevance_function does not name (it names none)",
+        );
+        exec("SET pg_skills.relevance_function = 'public.stub_cross_encoder'");
         let rho: f64 = one(&format!(
             "SELECT rho::float8 FROM skills.keyopt_round WHERE round = {round}"
         ));
@@ -1442,15 +1450,16 @@ mod tests {
         assert_refused(
             "PERFORM skills.fit()",
             "data_exception",
-            "relevance function forgetful_cross_encoder(text,bigint[]) returned no score for skill %",
+            "relevance function public.forgetful_cross_encoder(text,bigint[]) returned no score for skill %",
         );
-        exec("RESET pg_skills.relevance_function");
+        exec("SET pg_skills.relevance_function = 'public.stub_cross_encoder'");
         exec("DROP FUNCTION public.stub_cross_encoder(text, bigint[])");
         assert_refused(
             &format!("PERFORM * FROM skills.search({q}, k => 3)"),
             "undefined_function",
-            "the relevance function stub_cross_encoder(text,bigint[]) of the active KeyOpt round no longer exists",
+            "pg_skills.relevance_function names no function public.stub_cross_encoder(text, bigint[])",
         );
+        exec("RESET pg_skills.relevance_function");
     }
 
     #[pg_test]

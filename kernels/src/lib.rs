@@ -19,6 +19,7 @@
 //! - [`encoder`]: the sentence encoder e(text) (all-MiniLM-L6-v2 in candle).
 //! - [`compressor`]: query and skill keys from embeddings, and the residual compressor (trained
 //!   with candle, applied in plain Rust).
+//! - [`interrupt`]: cancellation points in long loops (the extension installs the check).
 //! - [`vector`]: inner product, cosine and L2 kernels (f32, f16) via simsimd with a scalar twin,
 //!   and batched scoring of one query against many contiguous keys.
 
@@ -28,6 +29,7 @@ pub mod compressor;
 pub mod encoder;
 pub mod fusion;
 pub mod graph;
+pub mod interrupt;
 pub mod keyindex;
 pub mod keyopt;
 pub mod kmeans;

@@ -53,7 +53,9 @@ impl Analyzer {
     /// Calls `sink` with every token of `text`, in order, duplicates included.
     pub fn for_each_token(&mut self, text: &str, mut sink: impl FnMut(&str)) {
         let mut stream = self.inner.token_stream(text);
+        let mut cancellation = crate::interrupt::Every::new(4096);
         while stream.advance() {
+            cancellation.tick();
             sink(&stream.token().text);
         }
     }

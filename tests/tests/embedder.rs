@@ -73,7 +73,7 @@ fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
             .map(|tasks| {
                 tasks
                     .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                    .filter(|comm| comm.starts_with("pg_skills embed"))
+                    .filter(|comm| comm.starts_with("pg_skills enco"))
                     .count()
             })
             .unwrap_or(0)

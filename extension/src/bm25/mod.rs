@@ -74,8 +74,12 @@ pub fn is_index_of(index: pg_sys::Relation, am: &str) -> bool {
 
 /// Opens `oid` (AccessShareLock) as an index of access method `am`, or raises a clear ERROR
 /// with `hint`. Close it with `relation_close(rel, AccessShareLock)`.
+///
+/// Functions given an index by name or OID (statistics, recall, a bm25query naming its index)
+/// read what the index holds, so the caller must be allowed to read the indexed table.
 pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation {
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    require_select_on_indexed_table(oid);
     unsafe {
         let rel = pg_sys::try_relation_open(oid, lock);
         if rel.is_null() {
@@ -96,6 +100,32 @@ pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation
             );
         }
         rel
+    }
+}
+
+/// ERROR 42501 unless the current user may SELECT from the table `index` indexes (checked
+/// before any lock is taken; an OID that is no index is left to the caller's checks).
+fn require_select_on_indexed_table(index: pg_sys::Oid) {
+    // SAFETY: syscache lookups on the backend's thread; missing_ok, so no ERROR of their own.
+    unsafe {
+        let table = pg_sys::IndexGetRelation(index, true);
+        if table == pg_sys::InvalidOid {
+            return;
+        }
+        let allowed = pg_sys::pg_class_aclcheck(table, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode);
+        if allowed != pg_sys::AclResult::ACLCHECK_OK {
+            let name = pg_sys::get_rel_name(table);
+            let name = if name.is_null() {
+                table.to_u32().to_string()
+            } else {
+                std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+            };
+            raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied for table {name}"),
+                Some("Reading an index's contents needs SELECT on its table (for pg_skills' own tables: GRANT skills_reader TO the role)."),
+            );
+        }
     }
 }
 

@@ -44,7 +44,12 @@ pub fn try_encoder() -> Result<Arc<Encoder>, EncoderError> {
             return Ok(encoder.clone());
         }
     }
-    pg_skills_kernels::encoder::keep_freed_memory();
+    // Only the embedder worker, which encodes document batches all day, keeps freed memory
+    // for reuse: in a backend it would keep the peak of every later allocation (a big sort's
+    // too) for the connection's life, and queries allocate little.
+    if IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed) {
+        pg_skills_kernels::encoder::keep_freed_memory();
+    }
     let encoder = Arc::new(Encoder::load(&dir)?);
     *cached = Some((dir, encoder.clone()));
     Ok(encoder)
@@ -71,26 +76,31 @@ pub fn raise_encoder_error(e: EncoderError) -> ! {
     raise(code, e.to_string(), hint)
 }
 
-/// The threads the embedder worker's encoder runs on: (threads, pool). Backends use rayon's
-/// global pool (a thread per core).
+/// The threads this process's encoder runs on: (threads, pool), sized by
+/// `pg_skills.embedder_threads` in the embedder worker and `pg_skills.encoder_threads` in every
+/// other backend, so that many connections do not each start a thread per core.
 static ENCODER_THREADS: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
 
-/// From now on, runs this process's encoder on `threads` threads (0: one per core). Called by
-/// the embedder worker on every round; a pool is built only when the number changes.
-pub fn set_worker_threads(threads: usize) {
+/// Set by the embedder worker at start.
+pub static IS_EMBEDDER_WORKER: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, runs this process's encoder on `threads` threads (0: one per core); a pool is
+/// built only when the number changes.
+pub fn set_encoder_threads(threads: usize) {
     let mut current = ENCODER_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     if current.as_ref().is_some_and(|(t, _)| *t == threads) {
         return;
     }
     let built = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .thread_name(|i| format!("pg_skills embedder {i}"))
+        .thread_name(|i| format!("pg_skills encoder {i}"))
         .build();
     *current = match built {
         Ok(pool) => Some((threads, Arc::new(pool))),
         Err(e) => {
             warning!(
-                "pg_skills: could not start the embedder's encoder threads ({e}); using rayon's"
+                "pg_skills: could not start the encoder's threads ({e}); using rayon's"
             );
             None
         }
@@ -99,6 +109,9 @@ pub fn set_worker_threads(threads: usize) {
 
 /// Embeds `texts` with interrupt checks between batches.
 pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+    if !IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed) {
+        set_encoder_threads(guc::ENCODER_THREADS.get().max(1) as usize);
+    }
     let pool = ENCODER_THREADS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -135,6 +148,7 @@ thread_local! {
 /// The 512 values of q = normalize(pad512(e(query))); `skills.query_key` wraps them in a key.
 #[pg_extern(stable, parallel_safe)]
 pub fn query_key_values(query: &str) -> Vec<f32> {
+    crate::guc::check_query_size(query);
     let cache_key = (guc::model_dir(), query.to_string());
     if let Some(key) = QUERY_KEYS.with(|c| c.borrow().get(&cache_key).cloned()) {
         return key;
@@ -155,7 +169,7 @@ static COMPRESSOR: Mutex<Option<(i32, String, Option<Arc<Compressor>>)>> = Mutex
 
 /// The active compressor (None: raw keys) and its version; loaded once per version and sha256.
 pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
-    let row = Spi::connect(|client| {
+    let row = crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT version, sha256 FROM skills.compressor WHERE active",
             None,
@@ -224,13 +238,13 @@ fn compress(embedding: Vec<f32>) -> Vec<f32> {
 
 /// The first column of the first row of a read-only query (None: no row or NULL).
 ///
-/// `Spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
+/// `crate::spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
 /// ("cannot assign TransactionIds during recovery"): everything a search runs reads this way.
 pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
     sql: &str,
     args: &[pgrx::datum::DatumWithOid],
 ) -> Option<T> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(sql, Some(1), args)?;
         if rows.is_empty() {
             return Ok(None);

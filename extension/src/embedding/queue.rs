@@ -28,7 +28,7 @@ fn take_batch(limit: i64) -> Vec<Queued> {
     // A read-write SPI call: pgrx runs statements read-only until the transaction has an xid,
     // and Postgres refuses FOR UPDATE in a read-only call (skills.embed_pending() as the first
     // statement of a transaction failed that way).
-    Spi::connect_mut(|client| {
+    crate::spi::connect_mut(|client| {
         let rows = client.update(
             "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
              FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
@@ -90,7 +90,7 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
     let results = embed_isolating(encoder, &texts)?;
     let (version, active) = active_compressor();
     let mut outcome = BatchOutcome::default();
-    Spi::connect_mut(|client| {
+    crate::spi::connect_mut(|client| {
         let mut done = Vec::new();
         for (queued, result) in batch.iter().zip(results) {
             match result {

@@ -14,7 +14,7 @@ use crate::errors::raise;
 
 /// Query texts and skill ids of the pairs query, in order.
 fn read_pairs(pairs: &str) -> Vec<(String, i64)> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(pairs, None, &[])?;
         let mut out = Vec::new();
         for row in rows {
@@ -44,7 +44,7 @@ fn read_pairs(pairs: &str) -> Vec<(String, i64)> {
 
 /// e(doc) of each skill: the stored embedding when its content has not changed, else computed.
 fn skill_embeddings(ids: &[i64]) -> Vec<Vec<f32>> {
-    let rows: Vec<(i64, Option<Vec<f32>>, String)> = Spi::connect(|client| {
+    let rows: Vec<(i64, Option<Vec<f32>>, String)> = crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT s.id, k.embedding, s.name, s.description, s.instructions \
              FROM skills.skill AS s \

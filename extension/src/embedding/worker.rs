@@ -30,17 +30,20 @@ enum Round {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    super::IS_EMBEDDER_WORKER.store(true, std::sync::atomic::Ordering::Relaxed);
     let database = guc::embedder_database();
-    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    crate::bgworker::connect(&database);
     log!("{WORKER_TYPE}: started in database \"{database}\"");
     let mut wait = Duration::ZERO;
     while BackgroundWorker::wait_latch(Some(wait)) {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        super::set_worker_threads(guc::EMBEDDER_THREADS.get().max(0) as usize);
+        super::set_encoder_threads(guc::EMBEDDER_THREADS.get().max(0) as usize);
         let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
-        wait = match BackgroundWorker::transaction(one_round) {
+        wait = match BackgroundWorker::transaction(|| {
+            crate::bgworker::as_worker_role(WORKER_TYPE, one_round).unwrap_or(Round::Failed)
+        }) {
             Round::Worked => Duration::ZERO,
             Round::Idle => (wait * 2).clamp(FIRST_IDLE_WAIT, naptime.max(FIRST_IDLE_WAIT)),
             Round::Failed => naptime,
@@ -54,7 +57,7 @@ fn one_round() -> Round {
     if !installed {
         return Round::Idle;
     }
-    let pending = Spi::get_one::<bool>(
+    let pending = crate::spi::get_one::<bool>(
         "SELECT EXISTS (SELECT FROM skills.embed_queue WHERE failed_reason IS NULL)",
     )
     .ok()
@@ -84,7 +87,7 @@ fn one_round() -> Round {
 /// since the last build (`skills.build_graph()`, the default thresholds): the graph follows
 /// the skills without anyone calling it.
 fn rebuild_stale_graph() -> Round {
-    let stale = Spi::get_one::<bool>(
+    let stale = crate::spi::get_one::<bool>(
         // max() reads the end of skill_key_embedded_at: this runs every idle round, and a
         // join with an OR scanned every key whenever the graph was up to date.
         "SELECT (SELECT max(embedded_at) FROM skills.skill_key) \
@@ -96,7 +99,7 @@ fn rebuild_stale_graph() -> Round {
     if !stale {
         return Round::Idle;
     }
-    match Spi::get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
+    match crate::spi::get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
         Ok(edges) => {
             log!(
                 "{WORKER_TYPE}: rebuilt the skill graph ({} edges)",
@@ -113,7 +116,7 @@ fn rebuild_stale_graph() -> Round {
 
 fn record_error(message: &str) {
     warning!("{WORKER_TYPE}: {message}");
-    let _ = Spi::run_with_args(
+    let _ = crate::spi::run_with_args(
         "UPDATE skills.embedder_progress SET last_error = $1, last_error_at = now()",
         &[message.into()],
     );

@@ -39,7 +39,7 @@ fn stable_hash(parts: &[&str]) -> u64 {
 
 /// Skills with a current key: (id, content_hash, k0).
 fn current_keys() -> Vec<(i64, String, Vec<f32>)> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT k.skill_id, s.content_hash, k.k0::real[] \
              FROM skills.skill_key AS k JOIN skills.skill AS s \
@@ -72,7 +72,7 @@ struct RecordedRun {
 
 /// Every run up to now with its usable arms (not stale, content still current).
 fn recorded_runs() -> Vec<RecordedRun> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT e.id, e.task_key::real[], e.task, coalesce(e.source_group, e.task), \
                     e.executor, coalesce(e.budget::text, ''), \
@@ -108,7 +108,7 @@ fn recorded_runs() -> Vec<RecordedRun> {
 
 /// Fits a round from every usable run and stores it; `activate` publishes it. Returns the round.
 pub fn fit_round(trigger: &str, activate: bool) -> i32 {
-    Spi::run_with_args("SELECT pg_advisory_xact_lock($1)", &[FIT_LOCK.into()])
+    crate::spi::run_with_args("SELECT pg_advisory_xact_lock($1)", &[FIT_LOCK.into()])
         .unwrap_or_else(|e| spi_error(e));
     let keys = current_keys();
     let runs = recorded_runs();
@@ -173,7 +173,7 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
     let max_event = runs.iter().map(|r| r.id).max();
     let mut report = fitted.report.to_json();
     report["skills"] = keys.len().into();
-    let round: i32 = Spi::get_one_with_args(
+    let round: i32 = crate::spi::get_one_with_args(
         "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger, \
                                           relevance_function) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING round",
@@ -202,7 +202,7 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
                 row.iter().flat_map(|v| v.to_le_bytes()).collect()
             })
             .collect();
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "INSERT INTO skills.keyopt_skill (round, skill_id, content_hash, beta, packed) \
              SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::real[], $5::bytea[])",
             &[
@@ -216,7 +216,7 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
         .unwrap_or_else(|e| spi_error(e));
     }
     if activate {
-        Spi::run_with_args("SELECT skills.use_round($1)", &[round.into()])
+        crate::spi::run_with_args("SELECT skills.use_round($1)", &[round.into()])
             .unwrap_or_else(|e| spi_error(e));
     }
     pgrx::log!(

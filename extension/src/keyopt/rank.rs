@@ -38,7 +38,7 @@ struct ActiveRound {
 }
 
 fn active_round() -> Option<ActiveRound> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT round, rho, mu, settings, max_event_id, \
                     coalesce((report ->> 'corrections')::boolean, false), relevance_function \
@@ -72,7 +72,7 @@ fn active_round() -> Option<ActiveRound> {
 
 /// (skill id, content hash, semantic score) rows of a candidate query.
 fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String, f32)> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(sql, None, args)?;
         let mut out = Vec::new();
         for row in rows {
@@ -93,7 +93,7 @@ const CANDIDATE_SELECT: &str =
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "WITH near AS ( \
                  SELECT e.id, -(e.task_key OPERATOR(skills.<#>) skills.key($1))::float8 AS sim \
@@ -133,7 +133,7 @@ pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)>
 
 /// Packed rows of `ids` in `round`: id → (content hash, floats).
 fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT skill_id, content_hash, packed FROM skills.keyopt_skill \
              WHERE round = $1 AND skill_id = ANY($2)",
@@ -296,7 +296,7 @@ pub fn ranked(
 
     // r: the round's relevance function (the setting when there is no round), else qᵀk0.
     let function = match &round {
-        Some(r) => r.relevance_function.clone(),
+        Some(r) => relevance::for_round(r.relevance_function.as_deref(), r.round),
         None => relevance::configured()
             .map(|sig| relevance::resolve(&sig, "pg_skills.relevance_function")),
     };

@@ -10,17 +10,18 @@
 
 use std::collections::HashMap;
 
-use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use crate::embedding::{select_one, spi_error};
 use crate::errors::raise;
 
 const SIGNATURE_HINT: &str = "Create a function (query text, skill_ids bigint[]) RETURNS TABLE \
-     (skill_id bigint, score double precision) returning one row per id, or RESET \
-     pg_skills.relevance_function to use the key inner product.";
+     (skill_id bigint, score double precision) returning one row per id and name it with its \
+     schema (myschema.rerank), or RESET pg_skills.relevance_function to use the key inner product.";
 
-/// The setting, as a function signature (`name` alone means `name(text, bigint[])`).
+/// The setting, as a function signature (`name` alone means `name(text, bigint[])`). It is
+/// resolved under the fixed search_path (`crate::spi`): a function outside pg_catalog is named
+/// with its schema.
 pub fn configured() -> Option<String> {
     let name = crate::guc::relevance_function()?;
     let name = name.trim();
@@ -47,6 +48,31 @@ pub fn resolve(signature: &str, what: &str) -> String {
     })
 }
 
+/// The relevance function a reading of a round calls: the round's, but only when the
+/// superuser-level setting names that same function now.
+///
+/// The round table records which function gave r, and a role that can write that table (an
+/// administrator, not a superuser) could plant any function there; every search of the round
+/// would then run it with the searcher's rights. So the table only says which function the
+/// round needs; the setting says which one may run.
+pub fn for_round(recorded: Option<&str>, round: i32) -> Option<String> {
+    let recorded = recorded?;
+    let allowed = configured().map(|sig| resolve(&sig, "pg_skills.relevance_function"));
+    if allowed.as_deref() == Some(recorded) {
+        return allowed;
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "KeyOpt round {round} was fitted with the relevance function {recorded}, which \
+             pg_skills.relevance_function does not name (it names {})",
+            allowed.as_deref().unwrap_or("none")
+        ),
+        Some("A superuser sets pg_skills.relevance_function to that function; or fit a new round \
+              (skills.fit()) or activate another one (skills.use_round(n))."),
+    )
+}
+
 /// r for each of `ids` from `function` (a resolved signature); every id must get a finite score.
 pub fn scores(function: &str, query: &str, ids: &[i64]) -> HashMap<i64, f32> {
     if ids.is_empty() {
@@ -67,7 +93,7 @@ pub fn scores(function: &str, query: &str, ids: &[i64]) -> HashMap<i64, f32> {
     let sql = format!(
         "SELECT s.skill_id::bigint, s.score::float8 FROM {name}($1::text, $2::bigint[]) AS s(skill_id, score)"
     );
-    let rows: Vec<(Option<i64>, Option<f64>)> = Spi::connect(|client| {
+    let rows: Vec<(Option<i64>, Option<f64>)> = crate::spi::connect(|client| {
         let mut out = Vec::new();
         for row in client.select(&sql, None, &[query.into(), ids.to_vec().into()])? {
             out.push((row.get::<i64>(1)?, row.get::<f64>(2)?));

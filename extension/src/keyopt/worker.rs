@@ -26,7 +26,7 @@ pub fn register() {
 pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let database = guc::embedder_database();
-    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    crate::bgworker::connect(&database);
     log!("{WORKER_TYPE}: started in database \"{database}\"");
     while BackgroundWorker::wait_latch(Some(POLL)) {
         if BackgroundWorker::sighup_received() {
@@ -37,9 +37,11 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
             continue;
         }
         BackgroundWorker::transaction(|| {
-            if due(interval) {
-                super::fit_round("schedule", true);
-            }
+            crate::bgworker::as_worker_role(WORKER_TYPE, || {
+                if due(interval) {
+                    super::fit_round("schedule", true);
+                }
+            })
         });
     }
     log!("{WORKER_TYPE}: exiting");
@@ -50,7 +52,7 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
 fn due(interval: i32) -> bool {
     let installed = crate::bgworker::extension_installed();
     installed
-        && Spi::get_one_with_args::<bool>(
+        && crate::spi::get_one_with_args::<bool>(
             "SELECT EXISTS (SELECT FROM skills.event AS e WHERE e.id > coalesce( \
                      (SELECT r.max_event_id FROM skills.keyopt_round AS r WHERE r.active), 0)) \
                  AND coalesce((SELECT max(r.created_at) FROM skills.keyopt_round AS r), '-infinity') \

@@ -24,7 +24,7 @@ struct Document {
 }
 
 fn documents(ids: &[i64]) -> HashMap<i64, Document> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut out = HashMap::new();
         for row in client.select(
             "SELECT id, name, description, instructions, version, \

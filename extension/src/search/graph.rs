@@ -27,7 +27,7 @@ thread_local! {
 }
 
 fn cache_key() -> CacheKey {
-    let (version, xmin) = Spi::connect(|client| {
+    let (version, xmin) = crate::spi::connect(|client| {
         let row = client
             .select(
                 "SELECT version, xmin::text FROM skills.graph_state",
@@ -55,7 +55,7 @@ pub fn skill_graph() -> Rc<SkillGraph> {
     }) {
         return graph;
     }
-    let edges: Vec<Edge> = Spi::connect(|client| {
+    let edges: Vec<Edge> = crate::spi::connect(|client| {
         let mut out = Vec::new();
         for row in client.select(
             "SELECT from_skill, to_skill, weight::float8 FROM skills.edge",
@@ -109,7 +109,7 @@ fn rule_edges() -> TableIterator<
         name!(rule, String),
     ),
 > {
-    let docs: Vec<(i64, String, String)> = Spi::connect(|client| {
+    let docs: Vec<(i64, String, String)> = crate::spi::connect(|client| {
         let mut out = Vec::new();
         for row in client.select(
             "SELECT id, name, description || E'\\n\\n' || instructions FROM skills.skill ORDER BY id",

@@ -108,6 +108,7 @@ impl Request {
                 Some("Pass the task description as text."),
             )
         };
+        crate::guc::check_query_size(query);
         for (name, w) in [
             ("bm25_weight", bm25_weight),
             ("semantic_weight", semantic_weight),
@@ -169,7 +170,7 @@ fn validate_categories(categories: Vec<Option<String>>) -> Vec<String> {
 
 /// Rows of a query returning (id bigint, score double precision).
 pub fn id_scores(sql: &str, args: &[DatumWithOid]) -> Vec<(i64, f64)> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut out = Vec::new();
         for row in client.select(sql, None, args)? {
             out.push((

@@ -28,6 +28,41 @@ pub const BATCH_SIZE: usize = 32;
 /// Where the set-up command (`./x model`) puts the model files.
 pub const DEFAULT_MODEL_DIR: &str = "/var/lib/pg_skills/models/all-MiniLM-L6-v2";
 
+/// Bytes of a text the tokenizer reads at most (see [`model_prefix`]).
+const MAX_PREFIX_BYTES: usize = 256 * 1024;
+
+/// The part of `text` the model reads: tokenising a whole document of megabytes only to keep
+/// its first MAX_TOKENS tokens costs time and memory, so the text is cut first.
+///
+/// The cut comes at the white space after the MAX_TOKENS-th word that has a letter or digit:
+/// BERT's pre-tokenizer splits at white space and each such word gives at least one token, so
+/// the prefix has as many tokens as the model keeps and the same ones. Texts without enough
+/// such words are cut at MAX_PREFIX_BYTES (a character boundary).
+pub fn model_prefix(text: &str) -> &str {
+    let mut words = 0;
+    let mut in_counted_word = false;
+    let mut in_word = false;
+    for (i, c) in text.char_indices() {
+        if i >= MAX_PREFIX_BYTES {
+            return &text[..i];
+        }
+        if c.is_whitespace() {
+            if in_word && in_counted_word {
+                words += 1;
+                if words >= MAX_TOKENS {
+                    return &text[..i];
+                }
+            }
+            in_word = false;
+            in_counted_word = false;
+        } else {
+            in_word = true;
+            in_counted_word |= c.is_alphanumeric();
+        }
+    }
+    text
+}
+
 /// The text a skill is embedded from: name, description, then instructions (the encoder reads
 /// the first MAX_TOKENS tokens, so what a skill is about comes first).
 pub fn document_text(name: &str, description: &str, instructions: &str) -> String {
@@ -205,7 +240,7 @@ impl Encoder {
             .enumerate()
             .map(|(index, text)| {
                 self.tokenizer
-                    .encode(*text, true)
+                    .encode(model_prefix(text), true)
                     .map(|e| e.get_ids().to_vec())
                     .map_err(|e| EncoderError::Input {
                         index,
@@ -342,6 +377,26 @@ mod tests {
             assert!((norm - 1.0).abs() < 1e-5);
         }
         assert_eq!(encoder.token_ids(&long).unwrap().len(), MAX_TOKENS);
+        // The prefix the tokenizer reads gives the tokens of the whole text, truncated.
+        let whole = |t: &str| encoder.tokenizer.encode(t, true).unwrap().get_ids().to_vec();
+        let mixed = "Ünïcode, punctuation! and\tdigits 42 x\u{1}y ".repeat(400);
+        assert!(model_prefix(&mixed).len() < mixed.len());
+        assert_eq!(encoder.token_ids(&mixed).unwrap(), whole(&mixed));
+    }
+
+    #[test]
+    fn model_prefix_cuts_long_texts_only() {
+        assert_eq!(model_prefix("short text"), "short text");
+        let words = "word ".repeat(10_000);
+        let prefix = model_prefix(&words);
+        assert_eq!(prefix.split_whitespace().count(), MAX_TOKENS);
+        // Words without a letter or digit are not counted (they may give no token).
+        let noise = "\u{1} ".repeat(1000) + &"w ".repeat(300);
+        assert_eq!(model_prefix(&noise).split_whitespace().filter(|w| w == &"w").count(), MAX_TOKENS);
+        // No white space: cut at the byte bound, on a character boundary.
+        let flat = "é".repeat(MAX_PREFIX_BYTES);
+        let cut = model_prefix(&flat);
+        assert!(cut.len() <= MAX_PREFIX_BYTES && cut.len() + 2 > MAX_PREFIX_BYTES);
     }
 
     /// candle's stock BERT on a padded batch, mean-pooled over real tokens and normalised:

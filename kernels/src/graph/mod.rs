@@ -212,6 +212,7 @@ impl SkillGraph {
         let mut iterations = 0;
         let mut converged = false;
         while iterations < params.max_iterations {
+            crate::interrupt::check();
             iterations += 1;
             next.iter_mut().for_each(|x| *x = 0.0);
             let mut dangling = 0.0;

@@ -247,6 +247,7 @@ pub fn extract(documents: &[Document<'_>]) -> Vec<RuleEdge> {
     let mut produced: HashMap<String, Vec<i64>> = HashMap::new();
     let mut needed: Vec<(i64, HashSet<String>)> = Vec::new();
     for d in documents {
+        crate::interrupt::check();
         for (kind, text) in sections(d.text) {
             let named = || {
                 mentions(&text)
@@ -282,6 +283,7 @@ pub fn extract(documents: &[Document<'_>]) -> Vec<RuleEdge> {
         }
     }
     for (consumer, wanted) in &needed {
+        crate::interrupt::check();
         for a in wanted {
             match produced.get(a) {
                 Some(producers) if producers.len() <= MAX_PRODUCERS => {

@@ -596,6 +596,7 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
     let mut relevance_sum = 0.0;
     let mut held_out = 0usize;
     for fold in 0..folds {
+        crate::interrupt::check();
         let train: Vec<&Group> = groups.iter().filter(|g| fold_of(g) != fold).collect();
         let mut held: Vec<&Group> = groups
             .iter()

@@ -36,6 +36,7 @@ pub fn minimize(
     let mut trial_gradient = vec![0.0; n];
     let max_norm = |g: &[f64]| g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     for iteration in 0..max_iterations {
+        crate::interrupt::check();
         if max_norm(&gradient) < tolerance {
             return Outcome {
                 iterations: iteration,

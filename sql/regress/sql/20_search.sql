@@ -11,7 +11,11 @@ SELECT name, round(score::numeric, 4) AS score FROM skills.search('deploy servic
 SELECT count(*) FROM skills.search('deploy service', categories => '{testing,debugging}', method => 'bm25');
 SELECT count(*) FROM skills.search('the and of', method => 'bm25');
 SELECT count(*) FROM skills.search('', method => 'bm25');
+-- Query texts are bounded by pg_skills.max_query_size (superuser); within it, long ones work.
+SELECT try($$SELECT count(*) FROM skills.search(repeat('ranking ', 12000), k => NULL, method => 'bm25')$$);
+SET pg_skills.max_query_size = '128kB';
 SELECT count(*) FROM skills.search(repeat('ranking ', 12000), k => NULL, method => 'bm25');
+RESET pg_skills.max_query_size;
 SELECT skills.tokenize('Deploying the Services!');
 SELECT try($$SELECT * FROM skills.search('x', k => 0, method => 'bm25')$$);
 SELECT try($$SELECT * FROM skills.search('x', method => 'magic')$$);

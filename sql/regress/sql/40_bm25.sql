@@ -33,7 +33,9 @@ SELECT (SELECT array_agg(id ORDER BY score DESC, id) FROM skills.search('deploy 
      = (SELECT array_agg(id ORDER BY score DESC, id) FROM skills.bm25_scan('deploy probes ranking', NULL, NULL)) AS same_ranking;
 -- Bad input: errors with SQLSTATEs, or empty results; never a crash.
 SELECT count(*) FROM skills.search('the and of', method => 'bm25');
+SET pg_skills.max_query_size = '128kB';
 SELECT count(*) FROM skills.search(repeat('probes ', 15000), k => NULL, method => 'bm25');
+RESET pg_skills.max_query_size;
 SELECT try($$CREATE INDEX bad ON skills.skill USING bm25 ((ARRAY[name, description, instructions])) WITH (colour = 1)$$);
 SELECT try($$CREATE INDEX bad ON skills.skill USING bm25 ((ARRAY[name, description, instructions])) WITH (k1 = -1)$$);
 SELECT try($$CREATE INDEX bad ON skills.skill USING bm25 ((ARRAY[name, description, instructions])) WITH (name_weight = 0, description_weight = 0, instructions_weight = 0)$$);

@@ -62,15 +62,24 @@ fn key_index_stats(
     TableIterator::once(row)
 }
 
+/// Largest k for `skills.key_recall` (both searches keep k candidates in memory).
+const MAX_RECALL_K: i32 = 10_000;
+
 // Recall@k of the index for one query key at the current `pg_skills.key_probes`: the share of
 // the exact k nearest entries (every list read) that probing finds. Entries of dead rows not
 // yet vacuumed count on both sides, so this measures the index alone, as VectorChord's
 // recall function does.
 v1_function!(pg_finfo_pgs_key_recall, pgs_key_recall, |fcinfo| {
     let index = pg_sys::Oid::from_datum(arg(fcinfo, 0), false).expect("an oid");
-    let k = i32::from_datum(arg(fcinfo, 2), false)
-        .expect("an int4")
-        .max(1) as usize;
+    let k = i32::from_datum(arg(fcinfo, 2), false).expect("an int4");
+    if !(1..=MAX_RECALL_K).contains(&k) {
+        crate::errors::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("k must be between 1 and {MAX_RECALL_K}, got {k}"),
+            Some("Recall is measured over the k nearest entries; 10 is the usual k."),
+        );
+    }
+    let k = k as usize;
     let query = arg(fcinfo, 1);
     recall(index, query, k).into_datum().expect("a float8")
 });
