@@ -12,4 +12,6 @@ pub mod skill;
 pub mod source;
 
 #[cfg(feature = "loader")]
+pub mod conninfo;
+#[cfg(feature = "loader")]
 pub mod load;

@@ -4,8 +4,9 @@
 
 use std::io::Write;
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 
+use crate::conninfo;
 use crate::dedup::Prepared;
 
 /// What the database did with the staged skills.
@@ -21,8 +22,23 @@ pub struct ApplyCounts {
     pub unchanged: i64,
 }
 
-pub fn connect(dsn: &str) -> Result<Client, postgres::Error> {
-    Client::connect(dsn, NoTls)
+/// Connects as `dsn` says, with TLS as its `sslmode` asks (libpq's default `prefer` when it
+/// says nothing). The error is a whole sentence for the user; it names the server by the
+/// redacted connection string, never with its password.
+pub fn connect(dsn: &str) -> Result<Client, String> {
+    let shown = conninfo::redact(dsn);
+    let info = conninfo::ConnInfo::parse(dsn, |k| std::env::var(k).ok())
+        .map_err(|e| format!("{e} (in {shown:?})"))?;
+    let connector = info.tls.connector()?;
+    postgres::Config::from(info.config)
+        .connect(connector)
+        .map_err(|e| {
+            let text = describe(&e);
+            let hint = conninfo::tls_hint(&text, &info.tls)
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default();
+            format!("cannot connect to {shown:?}: {text}{hint}")
+        })
 }
 
 /// The size bound the server enforces (`pg_skills.max_document_size`), in bytes.
@@ -69,7 +85,8 @@ fn copy_line(ord: usize, p: &Prepared) -> String {
 /// Loads the skills in one transaction. `progress` is called after each staged skill.
 pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A readable account of a load error: the server's message, SQLSTATE, detail and hint.
+/// A readable account of a load error: the server's message, SQLSTATE, detail and hint; or the
+/// error and its causes (a TLS failure says what failed only in its cause).
 pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     match e
         .downcast_ref::<postgres::Error>()
@@ -90,7 +107,18 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
             }
             s
         }
-        None => e.to_string(),
+        None => {
+            let mut text = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                let more = c.to_string();
+                if !text.contains(&more) {
+                    text = format!("{text}: {more}");
+                }
+                cause = c.source();
+            }
+            text
+        }
     }
 }
 

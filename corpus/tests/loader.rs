@@ -354,6 +354,30 @@ fn unreachable_database_is_a_clean_error() {
     assert!(err.contains("cannot connect"), "{err}");
 }
 
+#[test]
+fn connection_errors_never_print_the_password() {
+    // No server needed: port 1 refuses at once, and a bad sslmode fails before connecting.
+    for (dsn, shown) in [
+        (
+            "host=127.0.0.1 port=1 user=postgres password='hunter2 \\' x' connect_timeout=3",
+            "password=***",
+        ),
+        (
+            "postgresql://postgres:hunter2@127.0.0.1:1/postgres?connect_timeout=3",
+            "postgres:***@127.0.0.1:1",
+        ),
+        (
+            "host=127.0.0.1 port=1 password=hunter2 sslmode=verify-everything",
+            "sslmode must be one of",
+        ),
+    ] {
+        let (code, _, err) = run_loader(&["--tree", &demo_dir(), "--dsn", dsn]);
+        assert_eq!(code, 1, "{dsn}: {err}");
+        assert!(!err.contains("hunter2"), "{dsn}: {err}");
+        assert!(err.contains(shown), "{dsn}: {err}");
+    }
+}
+
 fn shared_corpus() -> Option<PathBuf> {
     let p = manifest_dir().join("../../shared/corpus");
     if p.join("duplicates.tsv").is_file() {

@@ -12,17 +12,31 @@ use std::time::Duration;
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
+use pg_skills_corpus::conninfo::{self, ConnInfo, Tls};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::Config;
 
 /// How to reach the database and how long to wait for it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Settings {
-    /// libpq key=value string or `postgresql://` URL.
+    /// libpq key=value string or `postgresql://` URL, with `sslmode` (default `prefer`) and
+    /// `sslrootcert` as libpq reads them.
     pub dsn: String,
     pub connect_timeout: Duration,
     pub statement_timeout: Duration,
     pub pool_size: usize,
+}
+
+/// Shows the connection string redacted: a Settings may end up in a log.
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("dsn", &conninfo::redact(&self.dsn))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
 }
 
 /// Why a tool call failed, in the words the agent sees (tool results with `isError`).
@@ -84,8 +98,9 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 
 pub struct Database {
     pool: Pool,
-    /// host, port, database and user (never the password), for messages.
+    /// host, port, database, user and sslmode (never the password), for messages.
     target: String,
+    tls: Tls,
     /// The most one call may take on our side before we give up on the server.
     call_limit: Duration,
     statement_timeout: Duration,
@@ -95,10 +110,9 @@ impl Database {
     /// Prepares the pool; does not connect (the first call does, so the server starts even
     /// when the database is down and says so per call).
     pub fn new(settings: &Settings) -> Result<Database, String> {
-        let mut config: Config = settings
-            .dsn
-            .parse()
-            .map_err(|e| format!("invalid connection string: {e}"))?;
+        let ConnInfo { mut config, tls } =
+            ConnInfo::parse(&settings.dsn, |k| std::env::var(k).ok())?;
+        let connector = tls.connector()?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(settings.connect_timeout);
         }
@@ -116,10 +130,10 @@ impl Database {
         config.options(&options);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
-        let target = describe_target(&config);
+        let target = describe_target(&config, &tls);
         let manager = Manager::from_config(
             config,
-            NoTls,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -137,6 +151,7 @@ impl Database {
         Ok(Database {
             pool,
             target,
+            tls,
             call_limit: settings.statement_timeout * 2 + connect + Duration::from_secs(5),
             statement_timeout: settings.statement_timeout,
         })
@@ -154,12 +169,14 @@ impl Database {
                  (set the address with --dsn or PG_SKILLS_DSN)",
                 self.target
             )),
-            PoolError::Backend(e) => ToolError::Unreachable(format!(
-                "cannot connect to {}: {}; is PostgreSQL running there? \
-                 (set the address with --dsn or PG_SKILLS_DSN)",
-                self.target,
-                describe(&e)
-            )),
+            PoolError::Backend(e) => {
+                let text = describe(&e);
+                let hint = conninfo::tls_hint(&text, &self.tls).unwrap_or_else(|| {
+                    "is PostgreSQL running there? (set the address with --dsn or PG_SKILLS_DSN)"
+                        .into()
+                });
+                ToolError::Unreachable(format!("cannot connect to {}: {text}; {hint}", self.target))
+            }
             other => ToolError::Unreachable(format!("{}: {other}", self.target)),
         })
     }
@@ -239,7 +256,7 @@ impl Database {
     }
 }
 
-fn describe_target(config: &Config) -> String {
+fn describe_target(config: &Config, tls: &Tls) -> String {
     use tokio_postgres::config::Host;
     let hosts: Vec<String> = config
         .get_hosts()
@@ -251,7 +268,7 @@ fn describe_target(config: &Config) -> String {
         .collect();
     let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
     format!(
-        "host={} port={} dbname={} user={}",
+        "host={} port={} dbname={} user={} sslmode={}",
         if hosts.is_empty() {
             "localhost".to_string()
         } else {
@@ -266,7 +283,8 @@ fn describe_target(config: &Config) -> String {
             .get_dbname()
             .or(config.get_user())
             .unwrap_or("postgres"),
-        config.get_user().unwrap_or("(default)")
+        config.get_user().unwrap_or("(default)"),
+        tls.mode
     )
 }
 
@@ -291,9 +309,35 @@ mod tests {
         .unwrap();
         assert_eq!(
             db.target(),
-            "host=db.example port=6543 dbname=skills user=agent"
+            "host=db.example port=6543 dbname=skills user=agent sslmode=prefer"
         );
         assert!(!db.target().contains("secret"));
+    }
+
+    #[test]
+    fn settings_debug_hides_the_password() {
+        let shown = format!(
+            "{:?}",
+            settings("host=h user=agent password='s3cret value' sslmode=require")
+        );
+        assert!(shown.contains("password=***"), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn sslmode_reaches_the_target_and_bad_ones_are_refused() {
+        let db = Database::new(&settings(
+            "postgresql://agent:secret@db.example/skills?sslmode=require",
+        ))
+        .unwrap();
+        assert!(db.target().ends_with("sslmode=require"), "{}", db.target());
+        let err = Database::new(&settings(
+            "host=h password=secret sslmode=verify-everything",
+        ))
+        .err()
+        .unwrap();
+        assert!(err.contains("sslmode must be one of"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
     }
 
     #[test]

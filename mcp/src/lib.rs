@@ -5,7 +5,8 @@
 //! the outcomes land in `skills.event` / `skills.event_arm`, where the next KeyOpt fit
 //! (`skills.fit()` or the fitter worker) learns from them.
 //!
-//! - [`db`]: the connection pool, timeouts and error classification.
+//! - [`db`]: the connection pool (TLS as the connection string's `sslmode` asks), timeouts and
+//!   error classification.
 //! - [`tools`]: arguments, validation, SQL and results of each tool.
 //! - [`server`]: `tools/list` and `tools/call` over rmcp.
 

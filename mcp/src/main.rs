@@ -11,7 +11,8 @@ use skills_mcp::{Database, Settings, SkillsServer};
 /// The demo cluster of `./x demo`.
 const DEMO_DSN: &str = "host=127.0.0.1 port=54329 user=postgres dbname=postgres";
 
-#[derive(Parser, Debug)]
+// No Debug: the connection string may hold a password.
+#[derive(Parser)]
 #[command(
     name = "skills-mcp",
     version,
@@ -19,7 +20,9 @@ const DEMO_DSN: &str = "host=127.0.0.1 port=54329 user=postgres dbname=postgres"
 )]
 struct Args {
     /// Connection string (libpq key=value or postgresql:// URL) of a database with the pg_skills
-    /// extension. Default: $PG_SKILLS_DSN, then $DATABASE_URL, then the ./x demo cluster.
+    /// extension. Default: $PG_SKILLS_DSN, then $DATABASE_URL, then the ./x demo cluster. TLS as
+    /// libpq: sslmode=disable, prefer (the default; also from PGSSLMODE), require, verify-ca or
+    /// verify-full, with sslrootcert=FILE or system for the verify modes.
     #[arg(long)]
     dsn: Option<String>,
     /// Seconds to wait for a connection before a call fails.

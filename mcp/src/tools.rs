@@ -22,10 +22,22 @@ pub const CATEGORIES: &[&str] = &[
     "docs_tooling",
 ];
 
+// Every argument is bounded before it reaches the database (or an error message that quotes it).
+// The published JSON schemas state the same numbers; a test keeps them in step.
+/// `query`, `task` and `source_group`.
 const MAX_TEXT_CHARS: usize = 8_000;
 const MAX_K: i64 = 50;
 const MAX_TOKEN_BUDGET: i64 = 200_000;
+/// Outcomes in one report.
 const MAX_ARMS: usize = 100;
+/// `executor`.
+const MAX_LABEL_CHARS: usize = 200;
+/// One `categories` entry: above any pool's name, so longer ones are refused without echoing.
+const MAX_CATEGORY_CHARS: usize = 32;
+/// `environment` as compact JSON, and how deep its objects and arrays may nest (the top-level
+/// object is level 1).
+const MAX_ENVIRONMENT_BYTES: usize = 16 * 1024;
+const MAX_ENVIRONMENT_DEPTH: usize = 8;
 
 /// How `skills.search` ranks (DESIGN.md): lexical, key similarity, their fusion, a walk over
 /// the skill graph or over recorded runs, or KeyOpt (similarity corrected by reported outcomes).
@@ -73,6 +85,7 @@ pub struct SearchArgs {
     /// Only skills of these pools: code_generation, testing, debugging, refactoring_review,
     /// data_ml, devops_infra, docs_tooling. Omit for all.
     #[serde(default)]
+    #[schemars(length(min = 1, max = 7))]
     pub categories: Option<Vec<String>>,
     /// At most this many skills (1-50). Default 5 for search_skills, 3 for render_context.
     #[serde(default)]
@@ -107,10 +120,40 @@ fn check_text(field: &str, text: &str) -> Result<(), ToolError> {
             "`{field}` must not be empty"
         )));
     }
+    check_length(field, text, MAX_TEXT_CHARS)
+}
+
+fn check_length(field: &str, text: &str, max: usize) -> Result<(), ToolError> {
     let chars = text.chars().count();
-    if chars > MAX_TEXT_CHARS {
+    if chars > max {
         return Err(ToolError::InvalidArgument(format!(
-            "`{field}` is {chars} characters; at most {MAX_TEXT_CHARS}"
+            "`{field}` is {chars} characters; at most {max}"
+        )));
+    }
+    Ok(())
+}
+
+/// How deep arrays and objects nest in `value` (a scalar is 0). The recursion is bounded: the
+/// JSON parser refuses documents nested deeper than 128.
+fn json_depth(value: &Value) -> usize {
+    match value {
+        Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn check_environment(environment: &Map<String, Value>) -> Result<(), ToolError> {
+    let bytes = serde_json::to_string(environment).map_or(usize::MAX, |s| s.len());
+    if bytes > MAX_ENVIRONMENT_BYTES {
+        return Err(ToolError::InvalidArgument(format!(
+            "`environment` is {bytes} bytes as JSON; at most {MAX_ENVIRONMENT_BYTES}"
+        )));
+    }
+    let depth = 1 + environment.values().map(json_depth).max().unwrap_or(0);
+    if depth > MAX_ENVIRONMENT_DEPTH {
+        return Err(ToolError::InvalidArgument(format!(
+            "`environment` nests {depth} levels deep; at most {MAX_ENVIRONMENT_DEPTH}"
         )));
     }
     Ok(())
@@ -143,6 +186,16 @@ impl SearchArgs {
                 return Err(ToolError::InvalidArgument(
                     "`categories` is empty; omit it to search every pool".into(),
                 ));
+            }
+            if categories.len() > CATEGORIES.len() {
+                return Err(ToolError::InvalidArgument(format!(
+                    "`categories` has {} entries; there are {} pools",
+                    categories.len(),
+                    CATEGORIES.len()
+                )));
+            }
+            for (i, c) in categories.iter().enumerate() {
+                check_length(&format!("categories[{i}]"), c, MAX_CATEGORY_CHARS)?;
             }
             if let Some(bad) = categories
                 .iter()
@@ -438,6 +491,7 @@ pub struct SkillOutcome {
     pub version: Option<i64>,
     /// The content_hash that was served (same check as version).
     #[serde(default)]
+    #[schemars(length(min = 64, max = 64))]
     pub content_hash: Option<String>,
 }
 
@@ -453,8 +507,10 @@ pub struct ReportArgs {
     pub skills: Vec<SkillOutcome>,
     /// Who ran the task (agent and model), e.g. "claude-code/sonnet".
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub executor: Option<String>,
-    /// Where it ran: any JSON object (OS, language, repository, tool versions).
+    /// Where it ran: any JSON object (OS, language, repository, tool versions), at most 16 KiB
+    /// as JSON and nested at most 8 levels deep.
     #[serde(default)]
     pub environment: Option<Map<String, Value>>,
     /// The budget the run had (tokens, steps; the caller's unit).
@@ -462,6 +518,7 @@ pub struct ReportArgs {
     pub budget: Option<f64>,
     /// Groups runs of the same underlying question (cross-validation keeps a group together).
     #[serde(default)]
+    #[schemars(length(min = 1, max = 8000))]
     pub source_group: Option<String>,
     /// Record outcomes for skills that changed since they were served, flagged stale.
     #[serde(default)]
@@ -496,14 +553,13 @@ fn validate_report(args: &ReportArgs) -> Result<Value, ToolError> {
         )));
     }
     if let Some(e) = &args.executor {
-        if e.chars().count() > 200 {
-            return Err(ToolError::InvalidArgument(
-                "`executor` is longer than 200 characters".into(),
-            ));
-        }
+        check_length("executor", e, MAX_LABEL_CHARS)?;
     }
     if let Some(g) = &args.source_group {
         check_text("source_group", g)?;
+    }
+    if let Some(environment) = &args.environment {
+        check_environment(environment)?;
     }
     if let Some(b) = args.budget {
         check_finite("budget", b)?;
@@ -692,6 +748,124 @@ mod tests {
         ])))
         .unwrap_err();
         assert!(hash.to_string().contains("content_hash"), "{hash}");
+    }
+
+    fn report_with(extra: Value) -> Result<Value, ToolError> {
+        let mut v = serde_json::json!({"task": "t", "skills": [{"id": 1, "passed": true}]});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        validate_report(&serde_json::from_value(v).unwrap())
+    }
+
+    /// `levels` objects, each inside the one before.
+    fn nested(levels: usize) -> Value {
+        (1..levels).fold(
+            serde_json::json!({"leaf": 1}),
+            |inner, _| serde_json::json!({ "in": inner }),
+        )
+    }
+
+    #[test]
+    fn every_search_argument_is_bounded() {
+        let long = "x".repeat(MAX_TEXT_CHARS + 1);
+        let e = args(serde_json::json!({"query": long}))
+            .validate(5)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: `query` is 8001 characters; at most 8000"
+        );
+        args(serde_json::json!({"query": "é".repeat(MAX_TEXT_CHARS)}))
+            .validate(5)
+            .unwrap();
+        let eight = vec!["testing"; CATEGORIES.len() + 1];
+        let e = args(serde_json::json!({"query": "x", "categories": eight}))
+            .validate(5)
+            .unwrap_err();
+        assert!(e.to_string().contains("`categories` has 8 entries"), "{e}");
+        // A long entry is refused by its length, not echoed back as an unknown pool.
+        let e =
+            args(serde_json::json!({"query": "x", "categories": ["testing", "y".repeat(5000)]}))
+                .validate(5)
+                .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: `categories[1]` is 5000 characters; at most 32"
+        );
+        assert!(CATEGORIES.iter().all(|c| c.len() <= MAX_CATEGORY_CHARS));
+        for (k, bad) in [("k", 51), ("token_budget", 200_001)] {
+            let e = args(serde_json::json!({"query": "x", k: bad}))
+                .validate(5)
+                .unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("`{k}` must be between 1 and")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_report_argument_is_bounded() {
+        let e =
+            report_with(serde_json::json!({"task": "t".repeat(MAX_TEXT_CHARS + 1)})).unwrap_err();
+        assert!(e.to_string().contains("`task` is 8001 characters"), "{e}");
+        let e = report_with(serde_json::json!({"executor": "e".repeat(MAX_LABEL_CHARS + 1)}))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`executor` is 201 characters; at most 200"),
+            "{e}"
+        );
+        report_with(serde_json::json!({"executor": "e".repeat(MAX_LABEL_CHARS)})).unwrap();
+        let e = report_with(serde_json::json!({"source_group": "g".repeat(MAX_TEXT_CHARS + 1)}))
+            .unwrap_err();
+        assert!(e.to_string().contains("`source_group` is 8001"), "{e}");
+        let arms: Vec<Value> = (1..=MAX_ARMS as i64 + 1)
+            .map(|id| serde_json::json!({"id": id, "passed": true}))
+            .collect();
+        let e = report_with(serde_json::json!({"skills": arms})).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`skills` has 101 entries; at most 100"),
+            "{e}"
+        );
+
+        let big = serde_json::json!({"environment": {"log": "z".repeat(MAX_ENVIRONMENT_BYTES)}});
+        let e = report_with(big).unwrap_err();
+        assert!(
+            e.to_string().contains("bytes as JSON; at most 16384"),
+            "{e}"
+        );
+        report_with(serde_json::json!({"environment": nested(MAX_ENVIRONMENT_DEPTH)})).unwrap();
+        let e = report_with(serde_json::json!({"environment": nested(MAX_ENVIRONMENT_DEPTH + 1)}))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: `environment` nests 9 levels deep; at most 8"
+        );
+        let e =
+            report_with(serde_json::json!({"environment": {"a": [[[[[[[[1]]]]]]]]}})).unwrap_err();
+        assert!(e.to_string().contains("nests 9 levels"), "{e}");
+    }
+
+    #[test]
+    fn published_schemas_state_the_enforced_limits() {
+        let search = schemars::schema_for!(SearchArgs).to_value();
+        let report = schemars::schema_for!(ReportArgs).to_value();
+        let outcome = &report["$defs"]["SkillOutcome"]["properties"];
+        let p = &search["properties"];
+        assert_eq!(p["query"]["maxLength"], MAX_TEXT_CHARS);
+        assert_eq!(p["categories"]["maxItems"], CATEGORIES.len());
+        assert_eq!(p["k"]["maximum"], MAX_K);
+        assert_eq!(p["token_budget"]["maximum"], MAX_TOKEN_BUDGET);
+        let p = &report["properties"];
+        assert_eq!(p["task"]["maxLength"], MAX_TEXT_CHARS);
+        assert_eq!(p["skills"]["maxItems"], MAX_ARMS);
+        assert_eq!(p["executor"]["maxLength"], MAX_LABEL_CHARS);
+        assert_eq!(p["source_group"]["maxLength"], MAX_TEXT_CHARS);
+        assert_eq!(outcome["content_hash"]["maxLength"], 64, "{report}");
     }
 
     #[test]

@@ -2,149 +2,13 @@
 //! (initialize, tools/list, tools/call) and checked against what the database holds. Each test
 //! starts its own throwaway cluster (ports 54381-54385) with the extension installed.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::Mcp;
 use pg_skills_server_tests::{setup_extension, skip_without_model, Client, Cluster};
 use serde_json::{json, Value};
-
-/// A client speaking MCP to a skills-mcp child process over its stdin/stdout.
-struct Mcp {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-    /// Responses read while waiting for another id.
-    pending: HashMap<u64, Value>,
-    next_id: u64,
-}
-
-impl Mcp {
-    fn start(dsn: &str, extra: &[&str]) -> Mcp {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_skills-mcp"))
-            .arg("--dsn")
-            .arg(dsn)
-            .args(extra)
-            .env_remove("PG_SKILLS_DSN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("skills-mcp starts");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Mcp {
-            child,
-            stdin,
-            lines,
-            pending: HashMap::new(),
-            next_id: 1,
-        }
-    }
-
-    fn send(&mut self, message: &Value) {
-        let mut text = message.to_string();
-        text.push('\n');
-        self.stdin.write_all(text.as_bytes()).unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    /// Sends a request and returns its id without waiting for the answer.
-    fn send_request(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
-    }
-
-    /// The response with this id (the whole JSON-RPC message).
-    fn response(&mut self, id: u64) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(v) = self.pending.remove(&id) {
-                return v;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no response to request {id} within 120 s"));
-            let message: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("stdout carries only JSON-RPC ({e}): {line}"));
-            if let Some(got) = message.get("id").and_then(Value::as_u64) {
-                self.pending.insert(got, message);
-            }
-        }
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send_request(method, params);
-        self.response(id)
-    }
-
-    fn initialize(&mut self) -> Value {
-        let response = self.request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "protocol-test", "version": "0"}
-            }),
-        );
-        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        response["result"].clone()
-    }
-
-    /// tools/call; the `result` object (content, structuredContent, isError).
-    fn call(&mut self, tool: &str, arguments: Value) -> Value {
-        let response = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
-        assert!(
-            response.get("error").is_none(),
-            "{tool}: protocol error {response}"
-        );
-        response["result"].clone()
-    }
-
-    /// A call that must succeed; its structured content.
-    fn ok(&mut self, tool: &str, arguments: Value) -> Value {
-        let result = self.call(tool, arguments.clone());
-        assert_ne!(
-            result["isError"],
-            json!(true),
-            "{tool} {arguments} failed: {result}"
-        );
-        result["structuredContent"].clone()
-    }
-
-    /// A call that must fail as a tool error; its message.
-    fn tool_error(&mut self, tool: &str, arguments: Value) -> String {
-        let result = self.call(tool, arguments.clone());
-        assert_eq!(
-            result["isError"],
-            json!(true),
-            "{tool} {arguments} should fail: {result}"
-        );
-        result["content"][0]["text"].as_str().unwrap().to_string()
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 const SKILLS: &[(&str, &str, &str)] = &[
     (
@@ -435,6 +299,8 @@ fn bad_arguments_come_back_as_clear_tool_errors() {
         ("search_skills", json!({"query": "x", "top_k": 3}), "unknown field `top_k`"),
         ("search_skills", json!({"query": "x", "categories": ["cooking"]}), "unknown category \"cooking\"; the pools are code_generation"),
         ("render_context", json!({"query": "x", "token_budget": -5}), "`token_budget` must be between 1 and 200000 (got -5)"),
+        ("search_skills", json!({"query": "q".repeat(8001)}), "`query` is 8001 characters; at most 8000"),
+        ("search_skills", json!({"query": "x", "categories": ["c".repeat(100)]}), "`categories[0]` is 100 characters; at most 32"),
         ("get_skill", json!({"id": 999_999}), "not found: no skill with id 999999"),
         ("get_skill", json!({"id": 1, "version": 7}), "skill 1 has no version 7; its versions are 1 to 1"),
         ("get_skill", json!({"id": 0}), "`id` must be a positive skill id"),
@@ -442,6 +308,9 @@ fn bad_arguments_come_back_as_clear_tool_errors() {
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1}]}), "missing field `passed`"),
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}, {"id": 1, "passed": false}]}), "skill 1 is reported twice"),
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}], "environment": "linux"}), "invalid type: string \"linux\", expected a map"),
+        ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}], "executor": "e".repeat(201)}), "`executor` is 201 characters; at most 200"),
+        ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}], "environment": {"log": "z".repeat(20_000)}}), "`environment` is 20010 bytes as JSON; at most 16384"),
+        ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}], "environment": {"a": [[[[[[[[1]]]]]]]]}}), "`environment` nests 9 levels deep; at most 8"),
         // Checked by the database: SQLSTATE and hint as skills.record_run raises them.
         ("report_outcome", json!({"task": "t", "skills": [{"id": 424242, "passed": true}]}), "database error 23503: arm 1: skill 424242 does not exist (hint: Report the ids skills.search returned"),
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true, "version": 9}]}), "database error 55000: arm 1: skill 1 changed since it was served"),

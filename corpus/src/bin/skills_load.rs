@@ -17,7 +17,8 @@ use pg_skills_corpus::load::{self, ApplyCounts};
 use pg_skills_corpus::readers::{read_beir, read_jsonl, skill_files, Item, ReadLimits, TreeReader};
 use pg_skills_corpus::source::SourceInfo;
 
-#[derive(Parser, Debug)]
+// No Debug: the connection string may hold a password.
+#[derive(Parser)]
 #[command(
     name = "skills-load",
     version,
@@ -42,7 +43,10 @@ struct Args {
     /// Keep skills that do not produce or guide code (benchmark corpora).
     #[arg(long)]
     no_code_filter: bool,
-    /// Connection string; default from PGSKILLS_DSN, DATABASE_URL or PGHOST/PGPORT/PGUSER/PGDATABASE.
+    /// Connection string (key=value or postgresql:// URL); default from PGSKILLS_DSN,
+    /// DATABASE_URL or PGHOST/PGPORT/PGUSER/PGDATABASE. TLS as libpq: sslmode=disable, prefer
+    /// (the default; also from PGSSLMODE), require, verify-ca or verify-full, with
+    /// sslrootcert=FILE or system for the verify modes.
     #[arg(long)]
     dsn: Option<String>,
     /// Read, filter and deduplicate, but write nothing.
@@ -98,8 +102,9 @@ fn main() -> ExitCode {
     } else {
         match load::connect(&dsn) {
             Ok(c) => Some(c),
+            // The message names the server by the redacted connection string.
             Err(e) => {
-                eprintln!("skills-load: cannot connect ({dsn}): {e}");
+                eprintln!("skills-load: {e}");
                 return ExitCode::from(1);
             }
         }
