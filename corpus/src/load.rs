@@ -30,7 +30,17 @@ pub fn connect(dsn: &str) -> Result<Client, String> {
     let info = conninfo::ConnInfo::parse(dsn, |k| std::env::var(k).ok())
         .map_err(|e| format!("{e} (in {shown:?})"))?;
     let connector = info.tls.connector()?;
-    postgres::Config::from(info.config)
+    let mut config = postgres::Config::from(info.config);
+    // Our statements resolve names from pg_catalog whatever search_path the database or role
+    // sets (a planted function or operator is never called by the loader).
+    let options = match config.get_options() {
+        Some(existing) if !existing.trim().is_empty() => {
+            format!("{existing} -c search_path=pg_catalog,pg_temp")
+        }
+        _ => "-c search_path=pg_catalog,pg_temp".to_string(),
+    };
+    config.options(&options);
+    config
         .connect(connector)
         .map_err(|e| {
             let text = describe(&e);

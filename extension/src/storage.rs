@@ -9,15 +9,27 @@
 //! Two modes: `Logged` (every write guard is one generic WAL record; aborted on panic) and
 //! `Build` (CREATE INDEX writes pages without WAL and logs the whole relation once at the end, as
 //! pgvector does).
+//!
+//! Damage: a page header this module did not write (its special-space offset, bounds or size
+//! differ from [`format_page`]'s) or a page that is not in use is an ERROR with SQLSTATE XX001
+//! (data_corrupted) before any offset of it is followed; damage the index code finds in page
+//! contents comes back as a [`Corrupt`] error and becomes XX002 (index_corrupted) through
+//! [`OrRaise`]. Both name the index and hint at REINDEX.
 
+use std::ffi::{CStr, CString};
 use std::ops::{Deref, DerefMut};
 
-use pg_skills_kernels::page::{BlockNumber, PageRead, PageWrite};
-use pgrx::pg_sys;
+use pg_skills_kernels::layout::MetaError;
+use pg_skills_kernels::page::{BlockNumber, Corrupt, PageRead, PageWrite};
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+use crate::errors::raise;
 
 const MARKER_IN_USE: u32 = 0x5053_4b55; // "PSKU"
 const MARKER_FREE: u32 = 0x5053_4b46; // "PSKF"
 const SPECIAL_SIZE: usize = 8; // the marker, MAXALIGNed
+/// Where [`format_page`] puts the special space (`pd_special`).
+const SPECIAL_OFFSET: usize = pg_sys::BLCKSZ as usize - SPECIAL_SIZE;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -41,15 +53,36 @@ pub fn content_size() -> usize {
         - SPECIAL_SIZE
 }
 
+/// Whether the page header is the one [`format_page`] writes: the block's size, the special
+/// space where it belongs, no free hole. Only then are the marker and the content area where
+/// this module reads them; a garbage `pd_special` would otherwise send a read past the block.
+///
 /// SAFETY: `page` points at a whole block owned (locked) by the caller.
-unsafe fn marker(page: pg_sys::Page) -> u32 {
-    let special = pg_sys::PageGetSpecialPointer(page) as *const u32;
-    special.read_unaligned()
+unsafe fn header_is_ours(page: pg_sys::Page) -> bool {
+    let h = &*(page as *const pg_sys::PageHeaderData);
+    let page_size = (h.pd_pagesize_version & 0xff00) as usize;
+    page_size == pg_sys::BLCKSZ as usize
+        && h.pd_special as usize == SPECIAL_OFFSET
+        && h.pd_upper == h.pd_special
+        && h.pd_lower == h.pd_upper
 }
 
-/// SAFETY: as for [`marker`], and the caller holds the buffer exclusively.
+/// The in-use/free marker, or None when the header is not ours (or the page is new).
+///
+/// SAFETY: as for [`header_is_ours`].
+unsafe fn marker(page: pg_sys::Page) -> Option<u32> {
+    if !header_is_ours(page) {
+        return None;
+    }
+    let special = (page as *const u8).add(SPECIAL_OFFSET) as *const u32;
+    Some(special.read_unaligned())
+}
+
+/// SAFETY: as for [`marker`], the caller holds the buffer exclusively, and the page was
+/// formatted by [`format_page`] (its header checked, or just written).
 unsafe fn set_marker(page: pg_sys::Page, value: u32) {
-    let special = pg_sys::PageGetSpecialPointer(page) as *mut u32;
+    debug_assert!(header_is_ours(page));
+    let special = (page as *mut u8).add(SPECIAL_OFFSET) as *mut u32;
     special.write_unaligned(value);
 }
 
@@ -91,15 +124,23 @@ impl BufferStore {
         unsafe { pg_sys::RelationGetNumberOfBlocksInFork(self.rel, self.fork) }
     }
 
+    /// ERROR XX001 for page `blkno`, which is not a page this module wrote (the index code
+    /// checks links before it follows them; this is the last line).
+    fn page_corrupted(&self, blkno: BlockNumber, what: &str) -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!(
+                "index \"{}\": block {blkno} {what}",
+                crate::bm25::relation_name(self.rel)
+            ),
+            Some(&reindex_hint(self.rel)),
+        )
+    }
+
     fn read_buffer(&self, blkno: BlockNumber) -> pg_sys::Buffer {
-        if blkno >= self.known_blocks.get() {
-            let nblocks = self.num_blocks();
-            if blkno >= nblocks {
-                pg_skills_kernels::bm25index::format::corrupt(format_args!(
-                    "page {blkno} is past the end of the index ({nblocks} pages)"
-                ));
-            }
-            self.known_blocks.set(nblocks);
+        if !self.has_block(blkno) {
+            let what = format!("is past the end of the index ({} pages)", self.num_blocks());
+            self.page_corrupted(blkno, &what);
         }
         unsafe {
             pg_sys::ReadBufferExtended(
@@ -157,7 +198,9 @@ impl BufferStore {
                 );
                 if pg_sys::ConditionalLockBuffer(buf) {
                     let page = pg_sys::BufferGetPage(buf);
-                    if pg_sys::PageIsNew(page) || marker(page) == MARKER_FREE {
+                    // A page the free space map names but that is neither new nor marked free
+                    // (a stale map, or damage) is skipped, never overwritten.
+                    if pg_sys::PageIsNew(page) || marker(page) == Some(MARKER_FREE) {
                         return Some(buf);
                     }
                     pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
@@ -183,12 +226,13 @@ impl BufferStore {
             };
             if fresh {
                 format_page(page);
-            } else if marker(page) != MARKER_IN_USE {
+            } else if marker(page) != Some(MARKER_IN_USE) {
                 if !state.is_null() {
                     pg_sys::GenericXLogAbort(state);
                 }
+                let blkno = pg_sys::BufferGetBlockNumber(buf);
                 pg_sys::UnlockReleaseBuffer(buf);
-                pg_skills_kernels::bm25index::format::corrupt("write to a page that is not in use");
+                self.page_corrupted(blkno, "is not an index page in use (a write to it)");
             }
             BufferWrite {
                 buf,
@@ -273,11 +317,9 @@ impl PageRead for BufferStore {
         unsafe {
             pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32);
             let page = pg_sys::BufferGetPage(buf);
-            if pg_sys::PageIsNew(page) || marker(page) != MARKER_IN_USE {
+            if pg_sys::PageIsNew(page) || marker(page) != Some(MARKER_IN_USE) {
                 pg_sys::UnlockReleaseBuffer(buf);
-                pg_skills_kernels::bm25index::format::corrupt(format_args!(
-                    "page {blkno} is not in use"
-                ));
+                self.page_corrupted(blkno, "is not an index page in use");
             }
             // SAFETY: valid while the buffer stays pinned and locked, i.e. for the guard's life.
             BufferRead {
@@ -289,6 +331,20 @@ impl PageRead for BufferStore {
 
     fn page_size(&self) -> usize {
         content_size()
+    }
+
+    fn num_blocks(&self) -> BlockNumber {
+        BufferStore::num_blocks(self)
+    }
+
+    /// Asks the kernel for the size only past the largest one seen: an index never shrinks.
+    fn has_block(&self, blkno: BlockNumber) -> bool {
+        if blkno < self.known_blocks.get() {
+            return true;
+        }
+        let nblocks = BufferStore::num_blocks(self);
+        self.known_blocks.set(nblocks);
+        blkno < nblocks
     }
 }
 
@@ -307,33 +363,98 @@ impl PageWrite for BufferStore {
         (blkno, self.begin_write(buf, true))
     }
 
-    fn free(&self, blocks: &[BlockNumber]) {
+    fn free(&self, blocks: &[BlockNumber]) -> Result<(), Corrupt> {
+        let mut result = Ok(());
         for &blkno in blocks {
-            let buf = self.read_buffer(blkno);
-            unsafe {
-                pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
-                match self.mode {
-                    Mode::Logged => {
-                        let state = pg_sys::GenericXLogStart(self.rel);
-                        let page = pg_sys::GenericXLogRegisterBuffer(state, buf, 0);
-                        set_marker(page, MARKER_FREE);
-                        pg_sys::GenericXLogFinish(state);
-                    }
-                    Mode::Build => {
-                        set_marker(pg_sys::BufferGetPage(buf), MARKER_FREE);
-                        pg_sys::MarkBufferDirty(buf);
-                    }
-                }
-                pg_sys::UnlockReleaseBuffer(buf);
-                if self.fork == pg_sys::ForkNumber::MAIN_FORKNUM {
-                    pg_sys::RecordFreeIndexPage(self.rel, blkno);
-                }
+            if let Err(e) = self.free_one(blkno) {
+                result = Err(e);
+                break;
             }
         }
         if !blocks.is_empty() && self.fork == pg_sys::ForkNumber::MAIN_FORKNUM {
             // Propagate to the map's upper levels, or GetFreeIndexPage would not see the pages
             // until the next VACUUM.
             unsafe { pg_sys::IndexFreeSpaceMapVacuum(self.rel) };
+        }
+        result
+    }
+}
+
+impl BufferStore {
+    /// Marks one page free and records it in the free space map. A page not in use is
+    /// damage (the index code named it as its own): freeing it again could hand it to two
+    /// owners, so it is reported instead.
+    fn free_one(&self, blkno: BlockNumber) -> Result<(), Corrupt> {
+        let buf = self.read_buffer(blkno);
+        unsafe {
+            pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+            if marker(pg_sys::BufferGetPage(buf)) != Some(MARKER_IN_USE) {
+                pg_sys::UnlockReleaseBuffer(buf);
+                return Err(Corrupt::new("freeing a page that is not in use").in_block(blkno));
+            }
+            match self.mode {
+                Mode::Logged => {
+                    let state = pg_sys::GenericXLogStart(self.rel);
+                    let page = pg_sys::GenericXLogRegisterBuffer(state, buf, 0);
+                    set_marker(page, MARKER_FREE);
+                    pg_sys::GenericXLogFinish(state);
+                }
+                Mode::Build => {
+                    set_marker(pg_sys::BufferGetPage(buf), MARKER_FREE);
+                    pg_sys::MarkBufferDirty(buf);
+                }
+            }
+            pg_sys::UnlockReleaseBuffer(buf);
+            if self.fork == pg_sys::ForkNumber::MAIN_FORKNUM {
+                pg_sys::RecordFreeIndexPage(self.rel, blkno);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// "REINDEX INDEX schema.name rebuilds it ...": the hint of every corruption ERROR.
+pub fn reindex_hint(rel: pg_sys::Relation) -> String {
+    // SAFETY: `rel` is an open relation; both strings are palloc'd in the current context.
+    let qualified = unsafe {
+        let namespace = pg_sys::get_namespace_name((*(*rel).rd_rel).relnamespace);
+        let name = CString::new(crate::bm25::relation_name(rel)).unwrap_or_default();
+        let q = pg_sys::quote_qualified_identifier(namespace, name.as_ptr());
+        CStr::from_ptr(q).to_string_lossy().into_owned()
+    };
+    format!("REINDEX INDEX {qualified} rebuilds it from its table.")
+}
+
+/// ERROR XX002 (index_corrupted) for damage the index code found in `rel`'s pages.
+pub fn index_corrupted(rel: pg_sys::Relation, e: &Corrupt) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED,
+        format!(
+            "index \"{}\" is corrupted: {e}",
+            crate::bm25::relation_name(rel)
+        ),
+        Some(&reindex_hint(rel)),
+    )
+}
+
+/// The value of a kernel result, or the ERROR it stands for.
+pub trait OrRaise<T> {
+    fn or_raise(self, rel: pg_sys::Relation) -> T;
+}
+
+impl<T> OrRaise<T> for Result<T, Corrupt> {
+    fn or_raise(self, rel: pg_sys::Relation) -> T {
+        self.unwrap_or_else(|e| index_corrupted(rel, &e))
+    }
+}
+
+/// A metapage read: damage is XX002; another format or no index of ours is the REINDEX error
+/// of [`crate::am::usable_meta`].
+impl<T> OrRaise<T> for Result<T, MetaError> {
+    fn or_raise(self, rel: pg_sys::Relation) -> T {
+        match self {
+            Err(MetaError::Corrupt(e)) => index_corrupted(rel, &e),
+            other => crate::am::usable_meta(other, rel),
         }
     }
 }

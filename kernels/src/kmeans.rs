@@ -58,7 +58,7 @@ pub fn train_with(
         normalize_rows(&mut centroids, dim);
     }
     for _ in 0..iterations {
-        let assignment = assign(&centroids, dim, sample, geometry);
+        let assignment = assign_cancellable(&centroids, dim, sample, geometry);
         let mut sums = vec![0.0f64; k * dim];
         let mut counts = vec![0usize; k];
         for (p, &c) in assignment.iter().enumerate() {
@@ -105,6 +105,7 @@ fn plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<
     centroids.extend_from_slice(points[rng.below(m as u64) as usize]);
     let mut nearest: Vec<f64> = vec![f64::INFINITY; m];
     for c in 1..k {
+        crate::interrupt::check();
         let last = &centroids[(c - 1) * dim..c * dim];
         nearest.par_iter_mut().zip(&points).for_each(|(d, p)| {
             let dist = crate::vector::l2sq(p, last) as f64;
@@ -140,6 +141,20 @@ pub fn normalize_rows(rows: &mut [f32], dim: usize) {
             row.iter_mut().for_each(|x| *x = (*x as f64 / norm) as f32);
         }
     }
+}
+
+/// Points [`assign_cancellable`] assigns between two cancellation points.
+const ASSIGN_BLOCK: usize = 4096;
+
+/// [`assign`] in blocks of points, with a cancellation point between blocks on the calling
+/// thread (one pass over many points and lists takes seconds; rayon's threads never check).
+fn assign_cancellable(centroids: &[f32], dim: usize, points: &[f32], geometry: Geometry) -> Vec<u32> {
+    let mut out = Vec::with_capacity(points.len() / dim);
+    for block in points.chunks(ASSIGN_BLOCK * dim) {
+        out.extend(assign(centroids, dim, block, geometry));
+        crate::interrupt::check();
+    }
+    out
 }
 
 /// The centroid each point belongs to (see [`nearest`]), computed in parallel.
@@ -219,6 +234,19 @@ fn best(centroids: &[f32], half_norms: &[f32], point: &[f32], scores: &mut [f32]
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn training_reaches_cancellation_points() {
+        let dim = 8;
+        let points: Vec<f32> = (0..10_000 * dim)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+            .collect();
+        let n = crate::interrupt::tests::checks_made(|| {
+            train(&points, dim, 16, Geometry::Euclidean, 3, 1);
+        });
+        // 15 while seeding 16 centres, then 3 blocks of points in each of 3 iterations.
+        assert!(n >= 15 + 3 * 3, "{n} checks");
+    }
+
     use super::*;
 
     /// Points around `k` well separated centres.

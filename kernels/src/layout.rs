@@ -1,15 +1,11 @@
 //! Byte layout shared by every pg_skills index: a bounds-checked little-endian reader and
 //! writer, the 12-byte header every page starts with, page kinds, and heap TIDs.
 //!
-//! Every read checks bounds and kinds and panics with "data corruption" instead of returning
-//! garbage (the extension turns the panic into an ERROR).
+//! Every read checks bounds and kinds and returns a [`Corrupt`] error instead of returning
+//! garbage or reading past the page (the extension turns it into an ERROR).
 
+pub use crate::page::{corrupt, Corrupt, InBlock};
 use crate::page::{BlockNumber, NO_BLOCK};
-
-#[track_caller]
-pub fn corrupt(what: impl std::fmt::Display) -> ! {
-    panic!("pg_skills index: data corruption: {what}")
-}
 
 /// Bounds-checked little-endian reader over a page.
 pub struct ByteReader<'a> {
@@ -22,40 +18,57 @@ impl<'a> ByteReader<'a> {
         ByteReader { buf, pos }
     }
 
-    pub fn bytes(&mut self, n: usize) -> &'a [u8] {
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
         let Some(end) = end else {
-            corrupt(format_args!(
-                "read of {n} bytes at offset {} past the page end",
-                self.pos
-            ))
+            return corrupt(format_args!(
+                "read of {n} bytes at offset {} past the end ({} bytes)",
+                self.pos,
+                self.buf.len()
+            ));
         };
         let out = &self.buf[self.pos..end];
         self.pos = end;
-        out
+        Ok(out)
     }
 
-    fn array<const N: usize>(&mut self) -> [u8; N] {
-        self.bytes(N).try_into().expect("length checked")
+    /// Bytes left before the end; counts read from a page are checked against it before
+    /// anything is sized by them.
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
     }
 
-    pub fn u8(&mut self) -> u8 {
-        self.array::<1>()[0]
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        Ok(self.bytes(N)?.try_into().expect("length checked"))
     }
-    pub fn u16(&mut self) -> u16 {
-        u16::from_le_bytes(self.array())
+
+    pub fn u8(&mut self) -> Result<u8, Corrupt> {
+        Ok(self.array::<1>()?[0])
     }
-    pub fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.array())
+    pub fn u16(&mut self) -> Result<u16, Corrupt> {
+        Ok(u16::from_le_bytes(self.array()?))
     }
-    pub fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.array())
+    pub fn u32(&mut self) -> Result<u32, Corrupt> {
+        Ok(u32::from_le_bytes(self.array()?))
     }
-    pub fn f32(&mut self) -> f32 {
-        f32::from_le_bytes(self.array())
+    pub fn u64(&mut self) -> Result<u64, Corrupt> {
+        Ok(u64::from_le_bytes(self.array()?))
     }
-    pub fn f64(&mut self) -> f64 {
-        f64::from_le_bytes(self.array())
+    pub fn f32(&mut self) -> Result<f32, Corrupt> {
+        Ok(f32::from_le_bytes(self.array()?))
+    }
+    pub fn f64(&mut self) -> Result<f64, Corrupt> {
+        Ok(f64::from_le_bytes(self.array()?))
+    }
+}
+
+/// A stored length or bound: finite and not negative (what every writer produces; NaN or
+/// infinity would turn scores into NaN and break the top-k order).
+pub fn check_non_negative(v: f32, what: &str) -> Result<f32, Corrupt> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        corrupt(format_args!("{what} is {v}"))
     }
 }
 
@@ -161,32 +174,45 @@ impl PageHeader {
         }
     }
 
-    #[track_caller]
-    pub fn read(page: &[u8], expected: PageKind) -> PageHeader {
+    /// The header of a page that must be of kind `expected`, with `used` inside the page.
+    pub fn read(page: &[u8], expected: PageKind) -> Result<PageHeader, Corrupt> {
         let mut r = ByteReader::new(page, 0);
-        let kind_byte = r.u8();
+        let kind_byte = r.u8()?;
         let Some(kind) = PageKind::from_u8(kind_byte) else {
-            corrupt(format_args!(
+            return corrupt(format_args!(
                 "page kind {kind_byte} is unknown (expected {expected:?})"
-            ))
+            ));
         };
         if kind != expected {
-            corrupt(format_args!(
+            return corrupt(format_args!(
                 "found a {kind:?} page where a {expected:?} page belongs"
             ));
         }
         let h = PageHeader {
             kind,
-            level: r.u8(),
-            count: r.u16(),
-            used: r.u16(),
-            flags: r.u16(),
-            next: r.u32(),
+            level: r.u8()?,
+            count: r.u16()?,
+            used: r.u16()?,
+            flags: r.u16()?,
+            next: r.u32()?,
         };
         if (h.used as usize) < HEADER_SIZE || h.used as usize > page.len() {
-            corrupt(format_args!("{kind:?} page claims {} bytes in use", h.used));
+            return corrupt(format_args!("{kind:?} page claims {} bytes in use", h.used));
         }
-        h
+        Ok(h)
+    }
+
+    /// `count` items of at least `min_size` bytes each fit in the bytes in use: checked before
+    /// a loop or an allocation is sized by `count`.
+    pub fn check_count(&self, min_size: usize) -> Result<(), Corrupt> {
+        let room = self.used as usize - HEADER_SIZE;
+        if (self.count as usize).saturating_mul(min_size) > room {
+            return corrupt(format_args!(
+                "{:?} page claims {} items in {room} bytes",
+                self.kind, self.count
+            ));
+        }
+        Ok(())
     }
 
     pub fn write(&self, page: &mut [u8]) {
@@ -214,11 +240,11 @@ pub struct Tid {
 impl Tid {
     pub const SIZE: usize = 6;
 
-    pub fn read(r: &mut ByteReader) -> Tid {
-        Tid {
-            block: r.u32(),
-            offset: r.u16(),
-        }
+    pub fn read(r: &mut ByteReader) -> Result<Tid, Corrupt> {
+        Ok(Tid {
+            block: r.u32()?,
+            offset: r.u16()?,
+        })
     }
     pub fn write(&self, w: &mut ByteWriter) {
         w.u32(self.block);
@@ -234,14 +260,14 @@ pub fn check_meta(
     index: &'static str,
 ) -> Result<(), MetaError> {
     r.pos = 0;
-    if PageKind::from_u8(r.u8()) != Some(PageKind::Meta) {
+    if PageKind::from_u8(r.u8()?) != Some(PageKind::Meta) {
         return Err(MetaError::NotAnIndex { index });
     }
     r.pos = HEADER_SIZE;
-    if r.u32() != magic {
+    if r.u32()? != magic {
         return Err(MetaError::NotAnIndex { index });
     }
-    let found = r.u32();
+    let found = r.u32()?;
     if found != version {
         return Err(MetaError::FormatVersion {
             index,
@@ -264,6 +290,14 @@ pub enum MetaError {
     NotAnIndex {
         index: &'static str,
     },
+    /// The right index and format, but the metapage's contents cannot be what a build wrote.
+    Corrupt(Corrupt),
+}
+
+impl From<Corrupt> for MetaError {
+    fn from(e: Corrupt) -> MetaError {
+        MetaError::Corrupt(e)
+    }
 }
 
 impl std::fmt::Display for MetaError {
@@ -280,6 +314,7 @@ impl std::fmt::Display for MetaError {
             MetaError::NotAnIndex { index } => {
                 write!(f, "{index} index metapage has a wrong magic number")
             }
+            MetaError::Corrupt(e) => write!(f, "metapage: {e}"),
         }
     }
 }

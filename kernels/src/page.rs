@@ -10,10 +10,14 @@
 //!   fits in one page;
 //! - a page is never read while the same caller holds a write guard on it (in Postgres that would
 //!   wait on its own buffer lock forever). [`MemoryStore`] panics when this rule is broken;
-//! - pages are freed only when nothing can reach them any more.
+//! - pages are freed only when nothing can reach them any more;
+//! - page contents are never trusted: a block number is checked against the relation before it
+//!   is read ([`check_block`], [`Chain`]), and what a page says is checked before it is used.
+//!   What fails a check is a [`Corrupt`] error, never a panic, a loop or a huge allocation.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
+use std::fmt;
 use std::ops::{Deref, DerefMut};
 
 pub type BlockNumber = u32;
@@ -21,16 +25,145 @@ pub type BlockNumber = u32;
 /// "No page": the end of a chain, an absent root.
 pub const NO_BLOCK: BlockNumber = u32::MAX;
 
+/// Index pages that cannot be what the index wrote: what is wrong, and on which page when known.
+/// The extension reports it as an ERROR (SQLSTATE XX002) that asks for a REINDEX.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Corrupt {
+    pub block: Option<BlockNumber>,
+    pub what: String,
+}
+
+impl Corrupt {
+    pub fn new(what: impl fmt::Display) -> Corrupt {
+        Corrupt {
+            block: None,
+            what: what.to_string(),
+        }
+    }
+
+    /// Names the page, unless a deeper check already did (that one is the more precise).
+    pub fn in_block(mut self, block: BlockNumber) -> Corrupt {
+        self.block.get_or_insert(block);
+        self
+    }
+}
+
+impl fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.block {
+            Some(b) => write!(f, "data corruption in block {b}: {}", self.what),
+            None => write!(f, "data corruption: {}", self.what),
+        }
+    }
+}
+
+impl std::error::Error for Corrupt {}
+
+/// `Err(Corrupt)` with this description.
+pub fn corrupt<T>(what: impl fmt::Display) -> Result<T, Corrupt> {
+    Err(Corrupt::new(what))
+}
+
+/// [`Corrupt::in_block`] for results.
+pub trait InBlock {
+    fn in_block(self, block: BlockNumber) -> Self;
+}
+
+impl<T> InBlock for Result<T, Corrupt> {
+    fn in_block(self, block: BlockNumber) -> Self {
+        self.map_err(|e| e.in_block(block))
+    }
+}
+
 pub trait PageRead {
     type ReadGuard<'a>: Deref<Target = [u8]>
     where
         Self: 'a;
 
-    /// The content area of page `blkno`, share-locked while the guard lives.
+    /// The content area of page `blkno`, share-locked while the guard lives. Callers pass only
+    /// block numbers [`check_block`] or a [`Chain`] accepted.
     fn read(&self, blkno: BlockNumber) -> Self::ReadGuard<'_>;
 
     /// Bytes in every page's content area.
     fn page_size(&self) -> usize;
+
+    /// Pages in the relation now (it only grows while the index is open).
+    fn num_blocks(&self) -> BlockNumber;
+
+    /// Whether `blkno` is a page of the relation. Stores for which the size is costly to ask
+    /// override this with a cached size, refreshed when a block lies past it.
+    fn has_block(&self, blkno: BlockNumber) -> bool {
+        blkno < self.num_blocks()
+    }
+}
+
+/// `blkno`, when it can be a page of this structure: at or past `floor` (the pages before it —
+/// the metapage, fixed areas — are never linked to) and inside the relation. `what` names the
+/// link in the error.
+pub fn check_block<S: PageRead>(
+    store: &S,
+    blkno: BlockNumber,
+    floor: BlockNumber,
+    what: &str,
+) -> Result<BlockNumber, Corrupt> {
+    if blkno == NO_BLOCK {
+        return corrupt(format_args!("{what} is missing"));
+    }
+    if blkno < floor || !store.has_block(blkno) {
+        return corrupt(format_args!(
+            "{what} points to block {blkno}, outside the index's pages {floor}..{}",
+            store.num_blocks()
+        ));
+    }
+    Ok(blkno)
+}
+
+/// One walk over linked pages: every block is checked like [`check_block`] and may be visited
+/// only once. Pages of one chain (or of one structure made of chains) are distinct, so a repeat
+/// is a cycle — and since the blocks are distinct and inside the relation, no walk can be longer
+/// than the relation, whatever the pages say.
+pub struct Chain {
+    what: &'static str,
+    floor: BlockNumber,
+    seen: HashSet<BlockNumber>,
+}
+
+impl Chain {
+    pub fn new(what: &'static str, floor: BlockNumber) -> Chain {
+        Chain {
+            what,
+            floor,
+            seen: HashSet::new(),
+        }
+    }
+
+    /// Accepts `blkno` as the walk's next page, or says why it cannot be. Also a cancellation
+    /// point: a walk may be as long as the relation. Callers visit before they lock the page,
+    /// so a cancel never unwinds with a half-made change.
+    pub fn visit<S: PageRead>(
+        &mut self,
+        store: &S,
+        blkno: BlockNumber,
+    ) -> Result<BlockNumber, Corrupt> {
+        crate::interrupt::check();
+        check_block(store, blkno, self.floor, self.what)?;
+        if !self.seen.insert(blkno) {
+            return corrupt(format_args!(
+                "{} reaches block {blkno} twice (a cycle)",
+                self.what
+            ));
+        }
+        Ok(blkno)
+    }
+
+    /// Pages visited so far.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
 }
 
 pub trait PageWrite: PageRead {
@@ -45,11 +178,15 @@ pub trait PageWrite: PageRead {
     fn allocate(&self) -> (BlockNumber, Self::WriteGuard<'_>);
 
     /// Makes pages available to [`PageWrite::allocate`]. Callers guarantee nothing reaches them.
-    fn free(&self, blocks: &[BlockNumber]);
+    /// A page that is not in use (already free, or not a page) is corruption: freeing it again
+    /// would hand it to two new owners.
+    fn free(&self, blocks: &[BlockNumber]) -> Result<(), Corrupt>;
 }
 
 /// Pages in memory, for tests. Reads copy the page; writes copy it back when the guard drops,
-/// the way a WAL record publishes a change at once.
+/// the way a WAL record publishes a change at once. A clone is a snapshot (tests damage copies
+/// of one built index).
+#[derive(Clone)]
 pub struct MemoryStore {
     page_size: usize,
     pages: RefCell<Vec<Vec<u8>>>,
@@ -58,6 +195,11 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Overwrites page `blkno` (tests that damage an index on purpose).
+    pub fn overwrite(&self, blkno: BlockNumber, f: impl FnOnce(&mut [u8])) {
+        f(&mut self.pages.borrow_mut()[blkno as usize]);
+    }
+
     pub fn new(page_size: usize) -> Self {
         MemoryStore {
             page_size,
@@ -138,6 +280,10 @@ impl PageRead for MemoryStore {
     fn page_size(&self) -> usize {
         self.page_size
     }
+
+    fn num_blocks(&self) -> BlockNumber {
+        self.pages.borrow().len() as BlockNumber
+    }
 }
 
 impl PageWrite for MemoryStore {
@@ -174,11 +320,114 @@ impl PageWrite for MemoryStore {
         )
     }
 
-    fn free(&self, blocks: &[BlockNumber]) {
+    fn free(&self, blocks: &[BlockNumber]) -> Result<(), Corrupt> {
         let mut free = self.free_list.borrow_mut();
         for &b in blocks {
-            assert!(!free.contains(&b), "page {b} freed twice");
+            if free.contains(&b) || b >= self.num_blocks() {
+                return Err(Corrupt::new("freeing a page that is not in use").in_block(b));
+            }
             free.push(b);
+        }
+        Ok(())
+    }
+}
+
+/// Helpers for tests that damage pages on purpose (both indexes' corruption tests).
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::rng::SplitMix64;
+
+    /// Longest a batch of operations on damaged copies may take; a loop on damaged links
+    /// would run past it.
+    pub const DEADLINE: Duration = Duration::from_secs(120);
+
+    /// Damages one byte of `page`: most often in the first 64 bytes, where headers, counts
+    /// and links are; sometimes a whole 4-byte field set to all ones or zeros (NO_BLOCK,
+    /// absurd counts, block 0).
+    pub fn damage(page: &mut [u8], rng: &mut SplitMix64) {
+        let hot = 64.min(page.len());
+        let at = if rng.below(3) > 0 {
+            rng.below(hot as u64) as usize
+        } else {
+            rng.below(page.len() as u64) as usize
+        };
+        match rng.below(4) {
+            0 => page[at] ^= 1 << rng.below(8),
+            1 => page[at] = rng.below(256) as u8,
+            _ => {
+                let at = (at & !3).min(page.len() - 4);
+                let v = if rng.below(2) == 0 { 0xff } else { 0 };
+                page[at..at + 4].fill(v);
+            }
+        }
+    }
+
+    /// Runs `f` in a thread and returns its result; fails the test when `f` panics (the one
+    /// use of `catch_unwind`: to say which case panicked) or outlives [`DEADLINE`].
+    pub fn bounded<T: Send + 'static>(what: String, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
+        });
+        match rx.recv_timeout(DEADLINE) {
+            Ok(Ok(v)) => v,
+            Ok(Err(panic)) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("{what}: panicked: {msg}")
+            }
+            Err(_) => panic!("{what}: still running after {DEADLINE:?} (a loop?)"),
+        }
+    }
+
+    /// Seeds of a fuzz test; `PGS_FUZZ_SEED=<seed>` replays one.
+    pub fn seeds(n: u64) -> Vec<u64> {
+        match std::env::var("PGS_FUZZ_SEED") {
+            Ok(s) => vec![s.parse().expect("PGS_FUZZ_SEED is a number")],
+            Err(_) => (1..=n).collect(),
+        }
+    }
+
+    /// Outcomes of operations on a (possibly damaged) index: answered, or reported corrupt.
+    #[derive(Default, Debug)]
+    pub struct Tally {
+        pub ok: usize,
+        pub corrupt: usize,
+    }
+
+    impl Tally {
+        /// Counts `r`; an answer must pass `plausible`, an error must say it is corruption.
+        pub fn note<T, E: std::fmt::Display>(
+            &mut self,
+            r: Result<T, E>,
+            plausible: impl FnOnce(&T),
+        ) {
+            match r {
+                Ok(v) => {
+                    plausible(&v);
+                    self.ok += 1;
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("data corruption") || text.contains("REINDEX"),
+                        "{text}"
+                    );
+                    self.corrupt += 1;
+                }
+            }
+        }
+
+        pub fn add(&mut self, other: Tally) {
+            self.ok += other.ok;
+            self.corrupt += other.corrupt;
         }
     }
 }
@@ -195,10 +444,32 @@ mod tests {
         assert_eq!(store.num_pages(), 1);
         drop(w);
         assert_eq!(store.read(a)[0], 7);
-        store.free(&[a]);
+        store.free(&[a]).unwrap();
+        assert!(store.free(&[a]).is_err(), "a page freed twice");
         let (b, w) = store.allocate();
         assert_eq!(b, a);
         assert_eq!(w[0], 0, "a reused page starts zeroed");
+    }
+
+    #[test]
+    fn chains_refuse_cycles_the_floor_and_blocks_past_the_end() {
+        let store = MemoryStore::new(64);
+        for _ in 0..3 {
+            drop(store.allocate());
+        }
+        let mut chain = Chain::new("test chain", 1);
+        assert_eq!(chain.visit(&store, 1), Ok(1));
+        assert_eq!(chain.visit(&store, 2), Ok(2));
+        assert!(chain.visit(&store, 1).unwrap_err().what.contains("twice"));
+        assert!(chain.visit(&store, 0).unwrap_err().what.contains("outside"));
+        assert!(chain.visit(&store, 3).unwrap_err().what.contains("outside"));
+        assert!(chain
+            .visit(&store, NO_BLOCK)
+            .unwrap_err()
+            .what
+            .contains("missing"));
+        let e = Corrupt::new("x").in_block(7).in_block(9);
+        assert_eq!(e.to_string(), "data corruption in block 7: x");
     }
 
     #[test]

@@ -119,8 +119,10 @@ impl Database {
         if config.get_application_name().is_none() {
             config.application_name("skills-mcp");
         }
+        // The server's own search_path for our statements: a function or operator that a role
+        // planted in a schema of the database's or role's search_path is never called by them.
         let timeout = format!(
-            "-c statement_timeout={}",
+            "-c statement_timeout={} -c search_path=pg_catalog,pg_temp",
             settings.statement_timeout.as_millis()
         );
         let options = match config.get_options() {

@@ -452,23 +452,23 @@ pub struct RenderedContext {
     pub skills: Vec<ServedSkill>,
 }
 
-// Each section of skills.render_context ends with "(source: ...; pg_skills skill ID vVERSION)";
-// reading the markers back in the same statement names exactly the skills in the block.
+// The served skills come from skills.context_sections, one row per section in block order, not
+// from markers read back out of the text (a skill's instructions could contain a marker line).
 const RENDER_SQL: &str = "\
 WITH c AS MATERIALIZED (
-    SELECT skills.render_context($1, categories => $2, k => $3, token_budget => $4,
-                                 min_score => $5, method => $6) AS block)
+    SELECT * FROM skills.context_sections($1, categories => $2, k => $3, token_budget => $4,
+                                          min_score => $5, method => $6) WITH ORDINALITY
+        AS c(skill_id, version, content_hash, section, ord)),
+b AS (SELECT rtrim(coalesce(string_agg(c.section, '' ORDER BY c.ord), ''), E' \\t\\r\\n') AS block FROM c)
 SELECT jsonb_build_object(
-    'context', c.block,
-    'tokens', skills.prompt_tokens(c.block),
+    'context', b.block,
+    'tokens', skills.prompt_tokens(b.block),
     'skills', coalesce((
-        SELECT jsonb_agg(jsonb_build_object('id', s.id, 'name', s.name,
-                                            'version', s.version,
-                                            'content_hash', s.content_hash) ORDER BY m.ord)
-        FROM regexp_matches(c.block, '\\(source: [^\\n]*; pg_skills skill ([0-9]+) v[0-9]+\\)(?:\\n|$)', 'g')
-             WITH ORDINALITY AS m(g, ord)
-        JOIN skills.skill AS s ON s.id = m.g[1]::bigint), '[]'::jsonb))
-FROM c";
+        SELECT jsonb_agg(jsonb_build_object('id', c.skill_id, 'name', s.name,
+                                            'version', c.version,
+                                            'content_hash', c.content_hash) ORDER BY c.ord)
+        FROM c JOIN skills.skill AS s ON s.id = c.skill_id), '[]'::jsonb))
+FROM b";
 
 pub async fn render_context(db: &Database, args: SearchArgs) -> Result<RenderedContext, ToolError> {
     let req = args.validate(3)?;

@@ -12,7 +12,7 @@ use pg_skills_kernels::bm25index::segment::SegmentBuilder;
 use pg_skills_kernels::bm25index::{IndexOptions, NoReaders};
 
 use super::{analyze_datum, options, tid_of};
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 // Phases shown in pg_stat_progress_create_index.subphase (1 is Postgres' "initializing").
 const PHASE_SCAN: i64 = 2;
@@ -21,6 +21,7 @@ const PHASE_MERGE: i64 = 4;
 
 struct BuildState<'a> {
     store: &'a BufferStore,
+    index: pg_sys::Relation,
     options: IndexOptions,
     builder: SegmentBuilder,
     memory_limit: usize,
@@ -35,7 +36,7 @@ impl BuildState<'_> {
             SegmentBuilder::new(self.options.weights_array()),
         );
         let segment = full.write(self.store);
-        add_segment(self.store, segment, &NoReaders);
+        add_segment(self.store, segment, &NoReaders).or_raise(self.index);
         report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
     }
 }
@@ -62,6 +63,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     let memory_limit = (pg_sys::maintenance_work_mem as usize).saturating_mul(1024);
     let mut state = BuildState {
         store: &store,
+        index,
         options,
         builder: SegmentBuilder::new(options.weights_array()),
         memory_limit,
@@ -82,7 +84,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         state.spill();
     }
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_MERGE);
-    merge_all(&store, &NoReaders);
+    merge_all(&store, &NoReaders).or_raise(index);
     pg_sys::IndexFreeSpaceMapVacuum(index);
     store.log_all();
 

@@ -10,10 +10,12 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use pg_skills_kernels::bm25index::append;
+use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
 use pg_skills_kernels::bm25index::maintenance::flush_append;
+use pg_skills_kernels::page::PageRead;
 
-use super::{analyze_datum, checked_meta, reading, tid_of, IndexLocks, MAINTENANCE_LOCK};
-use crate::storage::{BufferStore, Mode};
+use super::{analyze_datum, reading, tid_of, IndexLocks, MAINTENANCE_LOCK};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
@@ -31,14 +33,14 @@ pub unsafe extern "C-unwind" fn aminsert(
         return false;
     }
     let store = BufferStore::new(index, Mode::Logged);
-    let meta = checked_meta(&store, index);
+    let meta = Meta::read(&store.read(META_BLOCK)).or_raise(index);
     let doc = analyze_datum(&meta.options, *values);
     let tid = tid_of(&*heap_tid);
-    if reading(index, &store, || append::insert(&store, tid, &doc)) {
+    if reading(index, &store, || append::insert(&store, tid, &doc)).or_raise(index) {
         let locks = IndexLocks(index);
         // Someone else merging (or VACUUM) will take care of it: never wait on the insert path.
         if locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
-            flush_append(&store, &locks);
+            flush_append(&store, &locks).or_raise(index);
             locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
         }
     }

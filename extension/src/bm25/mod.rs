@@ -140,7 +140,8 @@ pub fn open_bm25_index(oid: pg_sys::Oid) -> pg_sys::Relation {
 
 /// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
 pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
-    crate::am::usable_meta(Meta::read(&store.read(META_BLOCK)), index)
+    use crate::storage::OrRaise;
+    Meta::read(&store.read(META_BLOCK)).or_raise(index)
 }
 
 pub fn relation_name(rel: pg_sys::Relation) -> String {

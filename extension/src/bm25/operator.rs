@@ -9,11 +9,11 @@ use std::cell::RefCell;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use pg_skills_kernels::bm25index::{prepare, query_terms, IndexOptions, Scorer};
+use pg_skills_kernels::bm25index::{query_terms, try_prepare, IndexOptions, Scorer};
 
 use super::scan::decode_query;
 use super::{checked_meta, document_fields, with_analyzer};
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 /// (index oid, query text, statement start, command id): what cached query state is valid for.
 type StatementKey = (u32, String, i64, u32);
@@ -78,7 +78,9 @@ fn prepare_query(key: StatementKey) -> Prepared {
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, &key.1));
-        let scorer = super::reading(rel, &store, || prepare(&store, &terms).scorer.clone());
+        let scorer = super::reading(rel, &store, || {
+            try_prepare(&store, &terms).or_raise(rel).scorer.clone()
+        });
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         Prepared {
             key,

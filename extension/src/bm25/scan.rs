@@ -15,11 +15,13 @@ use pgrx::PgSqlErrorCode;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use pg_skills_kernels::bm25index::{all_documents, prepare, query_terms, DocTableCache, Tid};
+use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
+use pg_skills_kernels::bm25index::{all_documents, query_terms, try_prepare, DocTableCache, Tid};
+use pg_skills_kernels::page::PageRead;
 
-use super::{checked_meta, reading, with_analyzer};
+use super::{reading, with_analyzer};
 use crate::errors::raise;
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 thread_local! {
     /// Document tables per index file (relfilenode): REINDEX and TRUNCATE get a new file, so a
@@ -100,7 +102,7 @@ pub unsafe extern "C-unwind" fn amrescan(
         );
     }
     let store = BufferStore::new(index, Mode::Logged);
-    let meta = checked_meta(&store, index);
+    let meta = Meta::read(&store.read(META_BLOCK)).or_raise(index);
     state.terms = with_analyzer(&meta.options, |a| query_terms(a, &query));
     state.index_oid = named.to_u32();
     state.query = query;
@@ -122,9 +124,10 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
             DOC_TABLES.with(|cell| {
                 let mut caches = cell.borrow_mut();
                 let cache = caches.entry(file).or_default();
-                prepare(&store, &state.terms).top_k_cached(want, cache)
+                try_prepare(&store, &state.terms).and_then(|p| p.top_k_cached(want, cache))
             })
-        });
+        })
+        .or_raise(index);
         super::operator::remember_scores(pg_sys::Oid::from(state.index_oid), &state.query, &hits);
         state.matches_done = hits.len() < want;
         state.asked = want;
@@ -135,7 +138,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         }
     }
     if state.batch.is_empty() && state.matches_done && !state.rest_done {
-        let all = reading(index, &store, || all_documents(&store));
+        let all = reading(index, &store, || all_documents(&store)).or_raise(index);
         state
             .batch
             .extend(all.into_iter().filter(|t| !state.returned.contains(t)));

@@ -4,10 +4,10 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use pg_skills_kernels::bm25index::append::{chain_pages, count_live};
-use pg_skills_kernels::page::NO_BLOCK;
+use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
+use pg_skills_kernels::page::{Corrupt, PageRead, NO_BLOCK};
 
-use super::checked_meta;
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 /// Segments, documents and pages of a bm25 index.
 #[pg_extern(stable)]
@@ -30,17 +30,18 @@ fn bm25_index_stats(
         let rel = super::open_bm25_index(index);
         let store = BufferStore::new(rel, Mode::Logged);
         let (meta, append_docs, append_pages) = super::reading(rel, &store, || {
-            let meta = checked_meta(&store, rel);
+            let meta = Meta::read(&store.read(META_BLOCK)).or_raise(rel);
             let mut append_docs = 0;
             let mut append_pages = 0;
             for head in [meta.frozen_head, meta.append_head] {
                 if head != NO_BLOCK {
-                    append_docs += count_live(&store, head) as i64;
-                    append_pages += chain_pages(&store, head).len() as i32;
+                    append_docs += count_live(&store, head)? as i64;
+                    append_pages += chain_pages(&store, head)?.len() as i32;
                 }
             }
-            (meta, append_docs, append_pages)
-        });
+            Ok::<_, Corrupt>((meta, append_docs, append_pages))
+        })
+        .or_raise(rel);
         let row = (
             meta.version as i32,
             meta.segments.len() as i32,

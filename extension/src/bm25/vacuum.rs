@@ -5,10 +5,12 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
 use pg_skills_kernels::bm25index::maintenance::{bulk_delete, vacuum_cleanup};
+use pg_skills_kernels::page::PageRead;
 
-use super::{checked_meta, IndexLocks, MAINTENANCE_LOCK};
-use crate::storage::{BufferStore, Mode};
+use super::{IndexLocks, MAINTENANCE_LOCK};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 use crate::am::stats_or_new;
 
@@ -22,7 +24,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
     let index = (*info).index;
     let stats = stats_or_new(stats);
     let store = BufferStore::new(index, Mode::Logged);
-    checked_meta(&store, index);
+    Meta::read(&store.read(META_BLOCK)).or_raise(index);
     let callback = callback.expect("VACUUM passes a callback");
     let locks = IndexLocks(index);
     locks.lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
@@ -35,7 +37,8 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         let mut ptr = pg_sys::ItemPointerData::default();
         pgrx::itemptr::item_pointer_set_all(&mut ptr, tid.block, tid.offset);
         callback(&mut ptr, callback_state)
-    });
+    })
+    .or_raise(index);
     locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
     (*stats).tuples_removed += counts.removed as f64;
     (*stats).num_index_tuples = counts.remaining as f64;
@@ -53,10 +56,10 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     let index = (*info).index;
     let stats = stats_or_new(stats);
     let store = BufferStore::new(index, Mode::Logged);
-    checked_meta(&store, index);
+    Meta::read(&store.read(META_BLOCK)).or_raise(index);
     let locks = IndexLocks(index);
     locks.lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
-    let live = vacuum_cleanup(&store, &locks);
+    let live = vacuum_cleanup(&store, &locks).or_raise(index);
     locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
     pg_sys::IndexFreeSpaceMapVacuum(index);
     (*stats).num_pages = store.num_blocks();

@@ -16,6 +16,7 @@ use crate::fmgr::{arg, v1_function};
 
 /// Dimensions of every skill key (DESIGN.md: pad512 of a 384-d sentence embedding).
 pub const KEY_DIM: usize = 512;
+/// The varlena header (4 bytes), the dimension count (u16) and two reserved bytes.
 const HEADER: usize = 4 + 4;
 
 /// A detoasted key: points into a palloc'd or in-buffer varlena that lives for the call.
@@ -26,20 +27,32 @@ pub struct Key {
 
 impl Key {
     /// SAFETY: `datum` is a non-null `skills.key` datum valid for the current call.
+    ///
+    /// The datum's bytes are not trusted (a damaged page, a hostile binary value): the length
+    /// is checked before the dimension is read from it, and the dimension must account for
+    /// every byte, so [`Key::values`] never reads past the value.
     pub unsafe fn from_datum(datum: pg_sys::Datum) -> Key {
         let v = pg_sys::pg_detoast_datum(datum.cast_mut_ptr::<pg_sys::varlena>());
-        let total = pgrx::varlena::varsize_any(v);
+        // The bytes after the varlena header, whichever header form the value has.
+        let len = pgrx::varlena::varsize_any_exhdr(v);
         let data = pgrx::varlena::vardata_any(v) as *const u8;
-        let dim = u16::from_ne_bytes([*data, *data.add(1)]) as usize;
-        if total != 4 + 4 + 2 * dim || dim == 0 {
+        if len < HEADER - 4 {
             raise(
                 PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                format!("a skills.key value of {total} bytes claims {dim} dimensions"),
+                format!("a skills.key value of {len} bytes is shorter than its header"),
+                None,
+            );
+        }
+        let dim = u16::from_ne_bytes([*data, *data.add(1)]) as usize;
+        if len != HEADER - 4 + 2 * dim || dim == 0 {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                format!("a skills.key value of {len} bytes claims {dim} dimensions"),
                 None,
             );
         }
         Key {
-            values: data.add(4),
+            values: data.add(HEADER - 4),
             dim,
         }
     }

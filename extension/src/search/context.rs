@@ -20,6 +20,7 @@ struct Document {
     description: String,
     instructions: String,
     version: i32,
+    content_hash: String,
     source: String,
 }
 
@@ -27,7 +28,7 @@ fn documents(ids: &[i64]) -> HashMap<i64, Document> {
     crate::spi::connect(|client| {
         let mut out = HashMap::new();
         for row in client.select(
-            "SELECT id, name, description, instructions, version, \
+            "SELECT id, name, description, instructions, version, content_hash, \
                     coalesce((SELECT concat_ws(', ', coalesce(p ->> 'url', p ->> 'location'), \
                                                'licence ' || (p ->> 'license')) \
                               FROM jsonb_array_elements(provenance) AS p LIMIT 1), 'local') \
@@ -42,7 +43,8 @@ fn documents(ids: &[i64]) -> HashMap<i64, Document> {
                     description: row.get(3)?.unwrap_or_default(),
                     instructions: row.get(4)?.unwrap_or_default(),
                     version: row.get(5)?.unwrap_or(1),
-                    source: row.get(6)?.unwrap_or_default(),
+                    content_hash: row.get(6)?.unwrap_or_default(),
+                    source: row.get(7)?.unwrap_or_default(),
                 },
             );
         }
@@ -66,6 +68,67 @@ fn section(id: i64, d: &Document) -> String {
     s
 }
 
+/// One served section: the skill, the version and content it was rendered from, the text.
+struct Section {
+    id: i64,
+    version: i32,
+    content_hash: String,
+    text: String,
+}
+
+/// The sections of the served skills, in rank order, within the token budget.
+fn served_sections(
+    query: Option<&str>,
+    categories: Option<Vec<Option<String>>>,
+    k: Option<i32>,
+    token_budget: Option<i32>,
+    min_score: Option<f64>,
+    method: Option<&str>,
+) -> Vec<Section> {
+    let limits = limits(k, token_budget, min_score);
+    let mut req = Request::new(query, categories, method, 1.0, 1.0);
+    let mut docs: HashMap<i64, Document> = HashMap::new();
+    let mut rendered: HashMap<i64, String> = HashMap::new();
+    let rows = served(&mut req, limits, |ranked, _| {
+        let missing: Vec<i64> = ranked
+            .iter()
+            .map(|r| r.id)
+            .filter(|id| !rendered.contains_key(id))
+            .collect();
+        for (id, d) in documents(&missing) {
+            rendered.insert(id, section(id, &d));
+            docs.insert(id, d);
+        }
+        ranked
+            .iter()
+            .map(|r| rendered.get(&r.id).map_or(0, |s| prompt_tokens(s) as u64))
+            .collect()
+    });
+    let mut kept = rows.len();
+    // Sections are counted one by one; BPE of the joined text can differ by a token at a seam,
+    // so check the whole and drop from the end in the rare case it went over.
+    if let Some(budget) = limits.token_budget {
+        let joined = |n: usize| -> String {
+            rows[..n]
+                .iter()
+                .map(|(r, _)| rendered[&r.id].as_str())
+                .collect::<String>()
+        };
+        while kept > 0 && prompt_tokens(joined(kept).trim_end()) as u64 > budget {
+            kept -= 1;
+        }
+    }
+    rows[..kept]
+        .iter()
+        .map(|(r, _)| Section {
+            id: r.id,
+            version: docs[&r.id].version,
+            content_hash: docs[&r.id].content_hash.clone(),
+            text: rendered[&r.id].clone(),
+        })
+        .collect()
+}
+
 /// The served skills of a search as one prompt block (empty when nothing is served).
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(stable)]
@@ -77,38 +140,37 @@ fn render_context(
     min_score: default!(Option<f64>, "NULL"),
     method: default!(Option<&str>, "'keyopt'"),
 ) -> String {
-    let limits = limits(k, token_budget, min_score);
-    let mut req = Request::new(query, categories, method, 1.0, 1.0);
-    let mut rendered: HashMap<i64, String> = HashMap::new();
-    let rows = served(&mut req, limits, |ranked, _| {
-        let missing: Vec<i64> = ranked
-            .iter()
-            .map(|r| r.id)
-            .filter(|id| !rendered.contains_key(id))
-            .collect();
-        for (id, d) in documents(&missing) {
-            rendered.insert(id, section(id, &d));
-        }
-        ranked
-            .iter()
-            .map(|r| rendered.get(&r.id).map_or(0, |s| prompt_tokens(s) as u64))
-            .collect()
-    });
-    let mut block = String::new();
-    for (row, _) in &rows {
-        block += &rendered[&row.id];
-    }
-    // Sections are counted one by one; BPE of the joined text can differ by a token at a seam,
-    // so check the whole and drop from the end in the rare case it went over.
-    if let Some(budget) = limits.token_budget {
-        let mut kept = rows.len();
-        while kept > 0 && prompt_tokens(&block) as u64 > budget {
-            kept -= 1;
-            block = rows[..kept]
-                .iter()
-                .map(|(r, _)| rendered[&r.id].as_str())
-                .collect();
-        }
-    }
+    let sections = served_sections(query, categories, k, token_budget, min_score, method);
+    let block: String = sections.iter().map(|s| s.text.as_str()).collect();
     block.trim_end().to_string()
+}
+
+/// The sections `skills.render_context` joins, one row per served skill in block order, with
+/// the version and content_hash it was rendered from: the list of served skills comes from
+/// here, not from reading markers back out of the text (a skill's own instructions could
+/// contain a marker line).
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(stable)]
+fn context_sections(
+    query: Option<&str>,
+    categories: default!(Option<Vec<Option<String>>>, "NULL"),
+    k: default!(Option<i32>, "NULL"),
+    token_budget: default!(Option<i32>, "NULL"),
+    min_score: default!(Option<f64>, "NULL"),
+    method: default!(Option<&str>, "'keyopt'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(skill_id, i64),
+        name!(version, i32),
+        name!(content_hash, String),
+        name!(section, String),
+    ),
+> {
+    let sections = served_sections(query, categories, k, token_budget, min_score, method);
+    TableIterator::new(
+        sections
+            .into_iter()
+            .map(|s| (s.id, s.version, s.content_hash, s.text)),
+    )
 }

@@ -11,7 +11,7 @@
 use bitpacking::{BitPacker, BitPacker4x};
 
 use super::document::{f32_at_least, weighted_tf, FieldCounts};
-use super::format::{corrupt, ByteReader, ByteWriter};
+use super::format::{check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt};
 
 pub const BLOCK_LEN: usize = BitPacker4x::BLOCK_LEN;
 pub const BLOCK_HEADER_SIZE: usize = 20;
@@ -28,13 +28,13 @@ fn put_varint(out: &mut Vec<u8>, mut v: u32) {
     out.push(v as u8);
 }
 
-fn get_varint(r: &mut ByteReader) -> u32 {
+fn get_varint(r: &mut ByteReader) -> Result<u32, Corrupt> {
     let mut v = 0u32;
     for shift in (0..35).step_by(7) {
-        let b = r.u8();
+        let b = r.u8()?;
         v |= ((b & 0x7f) as u32) << shift;
         if b & 0x80 == 0 {
-            return v;
+            return Ok(v);
         }
     }
     corrupt("varint longer than 5 bytes")
@@ -67,30 +67,37 @@ impl BlockHeader {
                 .sum::<usize>()
     }
 
-    pub fn read(r: &mut ByteReader) -> BlockHeader {
-        let len = r.u8() as usize;
-        let doc_bits = r.u8();
-        let count_bits = [r.u8(), r.u8(), r.u8()];
-        let _pad = r.u8();
-        let payload_len = r.u16() as usize;
+    /// Reads and checks a header: the payload size must be what its coding gives for its
+    /// length (so decoding never reads past the block), and its bounds must be real numbers.
+    pub fn read(r: &mut ByteReader) -> Result<BlockHeader, Corrupt> {
+        let len = r.u8()? as usize;
+        let doc_bits = r.u8()?;
+        let count_bits = [r.u8()?, r.u8()?, r.u8()?];
+        let _pad = r.u8()?;
+        let payload_len = r.u16()? as usize;
         let h = BlockHeader {
             len: if len == 0 { BLOCK_LEN } else { len },
             doc_bits,
             count_bits,
             payload_len,
-            last_doc: r.u32(),
-            max_tf: r.f32(),
-            min_length: r.f32(),
+            last_doc: r.u32()?,
+            max_tf: check_non_negative(r.f32()?, "a posting block's max tf")?,
+            min_length: check_non_negative(r.f32()?, "a posting block's min length")?,
         };
-        let packed_ok = doc_bits <= 32
+        // Only full blocks are bit-packed; a varint block spends 1 to 5 bytes on each of the
+        // four values of a posting.
+        let packed_ok = h.len == BLOCK_LEN
+            && doc_bits <= 32
             && count_bits.iter().all(|&b| b <= 32)
             && payload_len == Self::packed_size(doc_bits, count_bits);
-        if !(packed_ok || doc_bits == VARINT) || payload_len > MAX_BLOCK_SIZE {
-            corrupt(format_args!(
-                "posting block with {doc_bits}/{count_bits:?} bits and {payload_len} bytes"
+        let varint_ok = doc_bits == VARINT && (4 * h.len..=20 * h.len).contains(&payload_len);
+        if !(packed_ok || varint_ok) || payload_len > MAX_BLOCK_SIZE {
+            return corrupt(format_args!(
+                "posting block of {} postings with {doc_bits}/{count_bits:?} bits and {payload_len} bytes",
+                h.len
             ));
         }
-        h
+        Ok(h)
     }
 }
 
@@ -197,38 +204,56 @@ pub fn encode_block(
     size
 }
 
-/// Decodes the block whose header was just read; `r` points at the packed arrays.
+/// Decodes the block whose header was just read; `r` points at the packed arrays and ends
+/// with the block's payload. Checks that the payload is used exactly, that the documents
+/// strictly increase and that the last one is the header's: what the cursor and the scorer
+/// then index by is what the header promised.
 pub fn decode_block(
     previous_last: u32,
     header: &BlockHeader,
     r: &mut ByteReader,
     out: &mut DecodedBlock,
-) {
+) -> Result<(), Corrupt> {
     if header.doc_bits == VARINT {
-        let mut previous = previous_last;
-        for i in 0..header.len {
-            previous = previous.wrapping_add(get_varint(r));
-            out.docs[i] = previous;
-            for f in 0..3 {
-                out.counts[f][i] = get_varint(r);
-            }
+        decode_varints(previous_last, header.len, r, out)?;
+    } else {
+        let packer = BitPacker4x::new();
+        let docs = r.bytes(BitPacker4x::compressed_block_size(header.doc_bits))?;
+        packer.decompress_sorted(previous_last, docs, &mut out.docs, header.doc_bits);
+        for f in 0..3 {
+            let bytes = r.bytes(BitPacker4x::compressed_block_size(header.count_bits[f]))?;
+            packer.decompress(bytes, &mut out.counts[f], header.count_bits[f]);
         }
-        if out.docs[header.len - 1] != header.last_doc {
-            corrupt("posting block does not decode to its recorded last document");
+    }
+    if r.remaining() != 0 {
+        return corrupt("posting block payload is longer than its postings");
+    }
+    let docs = &out.docs[..header.len];
+    if docs.windows(2).any(|w| w[0] >= w[1]) {
+        return corrupt("posting block documents do not strictly increase");
+    }
+    if docs[header.len - 1] != header.last_doc {
+        return corrupt("posting block does not decode to its recorded last document");
+    }
+    Ok(())
+}
+
+fn decode_varints(
+    previous_last: u32,
+    len: usize,
+    r: &mut ByteReader,
+    out: &mut DecodedBlock,
+) -> Result<(), Corrupt> {
+    let mut previous = previous_last;
+    for i in 0..len {
+        // Wrapping: a huge delta from a damaged page must not panic; the order check catches it.
+        previous = previous.wrapping_add(get_varint(r)?);
+        out.docs[i] = previous;
+        for f in 0..3 {
+            out.counts[f][i] = get_varint(r)?;
         }
-        return;
     }
-    let packer = BitPacker4x::new();
-    let docs = r.bytes(BitPacker4x::compressed_block_size(header.doc_bits));
-    packer.decompress_sorted(previous_last, docs, &mut out.docs, header.doc_bits);
-    for f in 0..3 {
-        let bytes = r.bytes(BitPacker4x::compressed_block_size(header.count_bits[f]));
-        packer.decompress(bytes, &mut out.counts[f], header.count_bits[f]);
-    }
-    if out.docs[header.len - 1] != header.last_doc || (header.len > 1 && out.docs[0] > out.docs[1])
-    {
-        corrupt("posting block does not decode to its recorded last document");
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -244,13 +269,13 @@ mod tests {
             let counts: Vec<FieldCounts> = (0..n as u32).map(|i| [i % 3, i % 5, 40 + i]).collect();
             let mut buf = vec![0u8; MAX_BLOCK_SIZE];
             let size = encode_block(99, &docs, &counts, &weights, &lengths, &mut buf);
-            let mut r = ByteReader::new(&buf, 0);
-            let h = BlockHeader::read(&mut r);
+            let mut r = ByteReader::new(&buf[..size], 0);
+            let h = BlockHeader::read(&mut r).unwrap();
             assert_eq!(h.encoded_size(), size);
             assert_eq!(h.len, n);
             assert_eq!(h.last_doc, *docs.last().unwrap());
             let mut out = DecodedBlock::default();
-            decode_block(99, &h, &mut r, &mut out);
+            decode_block(99, &h, &mut r, &mut out).unwrap();
             assert_eq!(r.pos, size);
             assert_eq!(&out.docs[..n], &docs[..]);
             for i in 0..n {
@@ -259,5 +284,65 @@ mod tests {
                 assert!(h.min_length <= lengths[docs[i] as usize]);
             }
         }
+    }
+
+    /// Encodes `docs` (counts 1) into a buffer of exactly the block's size.
+    fn encoded(docs: &[u32]) -> Vec<u8> {
+        let counts: Vec<FieldCounts> = docs.iter().map(|_| [1, 0, 0]).collect();
+        let lengths = vec![5.0f32; 1 << 16];
+        let mut buf = vec![0u8; MAX_BLOCK_SIZE];
+        let size = encode_block(0, docs, &counts, &[1.0; 3], &lengths, &mut buf);
+        buf.truncate(size);
+        buf
+    }
+
+    fn decode(buf: &[u8]) -> Result<(), Corrupt> {
+        let mut r = ByteReader::new(buf, 0);
+        let h = BlockHeader::read(&mut r)?;
+        decode_block(0, &h, &mut r, &mut DecodedBlock::default())
+    }
+
+    #[test]
+    fn decreasing_documents_in_a_block_are_corruption() {
+        // A varint block whose second delta becomes 2^32 - 5: documents 10, 20, 30 decode
+        // (wrapping) as 10, 5, 15.
+        let mut buf = encoded(&[10, 20, 30]);
+        assert!(decode(&buf).is_ok());
+        let second = BLOCK_HEADER_SIZE + 4;
+        assert_eq!(buf[second], 10, "the second delta");
+        buf.splice(second..second + 1, [0xfb, 0xff, 0xff, 0xff, 0x0f]);
+        let payload = (buf.len() - BLOCK_HEADER_SIZE) as u16;
+        buf[6..8].copy_from_slice(&payload.to_le_bytes());
+        let err = decode(&buf).unwrap_err();
+        assert!(err.what.contains("strictly increase"), "{err}");
+        // A bit-packed block whose first document is changed by flipping doc bits.
+        let docs: Vec<u32> = (0..BLOCK_LEN as u32).map(|i| i * 3).collect();
+        let mut buf = encoded(&docs);
+        assert!(decode(&buf).is_ok());
+        buf[BLOCK_HEADER_SIZE + 2] ^= 0xff;
+        assert!(decode(&buf).is_err());
+    }
+
+    #[test]
+    fn absurd_block_headers_are_corruption() {
+        let buf = encoded(&[1, 2, 3]);
+        // The payload length past what three postings can take.
+        let mut b = buf.clone();
+        b[6..8].copy_from_slice(&4000u16.to_le_bytes());
+        assert!(decode(&b).unwrap_err().what.contains("posting block of 3"));
+        // A length of 100 postings in a payload of 12 bytes.
+        let mut b = buf.clone();
+        b[0] = 100;
+        assert!(decode(&b).is_err());
+        // 40 doc bits.
+        let mut b = buf.clone();
+        b[1] = 40;
+        assert!(decode(&b).is_err());
+        // A NaN bound.
+        let mut b = buf.clone();
+        b[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(decode(&b).unwrap_err().what.contains("max tf"));
+        // Cut short: the payload is not all there.
+        assert!(decode(&buf[..buf.len() - 1]).is_err());
     }
 }

@@ -5,8 +5,11 @@
 //! level, so the dictionary does not grow with any term id, only with the vocabulary, and
 //! logarithmically.
 
-use super::format::{corrupt, ByteReader, ByteWriter, PageHeader, PageKind, HEADER_SIZE};
-use crate::page::{BlockNumber, PageRead, PageWrite, NO_BLOCK};
+use super::format::{
+    check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind,
+    FIRST_DATA_BLOCK, HEADER_SIZE,
+};
+use crate::page::{BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
 
 /// Where a term's postings are and how large they can score.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,20 +23,53 @@ pub struct TermInfo {
 
 const LEAF_FIXED: usize = 1 + 4 + 4 + 2 + 4 + 4;
 const INNER_FIXED: usize = 1 + 4;
+/// Levels a dictionary can have: a page stores its level in a u8.
+pub const MAX_HEIGHT: u32 = u8::MAX as u32 + 1;
 
-fn read_term<'a>(r: &mut ByteReader<'a>) -> &'a [u8] {
-    let len = r.u8() as usize;
+fn read_term<'a>(r: &mut ByteReader<'a>) -> Result<&'a [u8], Corrupt> {
+    let len = r.u8()? as usize;
     r.bytes(len)
 }
 
-fn read_info(r: &mut ByteReader) -> TermInfo {
-    TermInfo {
-        doc_freq: r.u32(),
-        postings_block: r.u32(),
-        postings_offset: r.u16(),
-        max_tf: r.f32(),
-        min_length: r.f32(),
+fn read_info(r: &mut ByteReader) -> Result<TermInfo, Corrupt> {
+    let info = TermInfo {
+        doc_freq: r.u32()?,
+        postings_block: r.u32()?,
+        postings_offset: r.u16()?,
+        max_tf: check_non_negative(r.f32()?, "a term's max tf")?,
+        min_length: check_non_negative(r.f32()?, "a term's min length")?,
+    };
+    if info.doc_freq == 0 || (info.postings_offset as usize) < HEADER_SIZE {
+        return corrupt(format_args!(
+            "a term with {} documents at offset {}",
+            info.doc_freq, info.postings_offset
+        ));
     }
+    Ok(info)
+}
+
+fn check_height(height: u32) -> Result<(), Corrupt> {
+    if height == 0 || height > MAX_HEIGHT {
+        return corrupt(format_args!("a dictionary of height {height}"));
+    }
+    Ok(())
+}
+
+/// A dictionary page's header (checked to be at `level`) and a reader over its entries.
+fn level_page(page: &[u8], level: u32) -> Result<(PageHeader, ByteReader<'_>), Corrupt> {
+    let header = PageHeader::read(page, PageKind::Dictionary)?;
+    if header.level as u32 != level {
+        return corrupt(format_args!(
+            "dictionary page is at level {} instead of {level}",
+            header.level
+        ));
+    }
+    let min_entry = if level == 0 { LEAF_FIXED } else { INNER_FIXED };
+    header.check_count(min_entry)?;
+    Ok((
+        header,
+        ByteReader::new(&page[..header.used as usize], HEADER_SIZE),
+    ))
 }
 
 /// Writes the dictionary for `entries` (strictly increasing terms). Returns (root, height, pages
@@ -129,128 +165,178 @@ pub fn lookup<S: PageRead>(
     root: BlockNumber,
     height: u32,
     term: &[u8],
-) -> Option<TermInfo> {
+) -> Result<Option<TermInfo>, Corrupt> {
     if root == NO_BLOCK {
-        return None;
+        return Ok(None);
     }
+    check_height(height)?;
+    let mut path = Chain::new("a dictionary path", FIRST_DATA_BLOCK);
     let mut blkno = root;
     for level in (1..height).rev() {
+        path.visit(store, blkno)?;
         let page = store.read(blkno);
-        let header = PageHeader::read(&page, PageKind::Dictionary);
-        if header.level as u32 != level {
-            corrupt(format_args!(
-                "dictionary page {blkno} is at level {} instead of {level}",
-                header.level
-            ));
+        match child_for(&page, level, term).in_block(blkno)? {
+            Some(child) => blkno = child,
+            None => return Ok(None),
         }
-        let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
-        let mut child = NO_BLOCK;
-        for _ in 0..header.count {
-            let key = read_term(&mut r);
-            let c = r.u32();
-            if key > term {
-                break;
-            }
-            child = c;
-        }
-        if child == NO_BLOCK {
-            return None;
-        }
-        blkno = child;
     }
+    path.visit(store, blkno)?;
     let page = store.read(blkno);
-    let header = PageHeader::read(&page, PageKind::Dictionary);
-    if header.level != 0 {
-        corrupt(format_args!("dictionary page {blkno} should be a leaf"));
-    }
-    let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
+    find_in_leaf(&page, term).in_block(blkno)
+}
+
+/// The child of an inner page whose range holds `term`; None when `term` sorts before all.
+fn child_for(page: &[u8], level: u32, term: &[u8]) -> Result<Option<BlockNumber>, Corrupt> {
+    let (header, mut r) = level_page(page, level)?;
+    let mut child = None;
     for _ in 0..header.count {
-        let key = read_term(&mut r);
-        let info = read_info(&mut r);
+        let key = read_term(&mut r)?;
+        let c = r.u32()?;
+        if key > term {
+            break;
+        }
+        child = Some(c);
+    }
+    Ok(child)
+}
+
+fn find_in_leaf(page: &[u8], term: &[u8]) -> Result<Option<TermInfo>, Corrupt> {
+    let (header, mut r) = level_page(page, 0)?;
+    for _ in 0..header.count {
+        let key = read_term(&mut r)?;
+        let info = read_info(&mut r)?;
         match key.cmp(term) {
             std::cmp::Ordering::Less => continue,
-            std::cmp::Ordering::Equal => return Some(info),
-            std::cmp::Ordering::Greater => return None,
+            std::cmp::Ordering::Equal => return Ok(Some(info)),
+            std::cmp::Ordering::Greater => return Ok(None),
         }
     }
-    None
+    Ok(None)
 }
 
 /// Leftmost page of every level, leaves first.
-fn leftmost_pages<S: PageRead>(store: &S, root: BlockNumber, height: u32) -> Vec<BlockNumber> {
+fn leftmost_pages<S: PageRead>(
+    store: &S,
+    root: BlockNumber,
+    height: u32,
+) -> Result<Vec<BlockNumber>, Corrupt> {
+    check_height(height)?;
+    let mut path = Chain::new("the dictionary's leftmost path", FIRST_DATA_BLOCK);
+    let mut blkno = path.visit(store, root)?;
     let mut out = vec![root];
-    let mut blkno = root;
-    for _ in 1..height {
-        let page = store.read(blkno);
-        let header = PageHeader::read(&page, PageKind::Dictionary);
-        let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
-        read_term(&mut r);
-        blkno = r.u32();
+    for level in (1..height).rev() {
+        let child = {
+            let page = store.read(blkno);
+            first_child(&page, level).in_block(blkno)?
+        };
+        blkno = path.visit(store, child)?;
         out.push(blkno);
     }
     out.reverse();
-    out
+    Ok(out)
+}
+
+fn first_child(page: &[u8], level: u32) -> Result<BlockNumber, Corrupt> {
+    let (header, mut r) = level_page(page, level)?;
+    if header.count == 0 {
+        return corrupt("an inner dictionary page without entries");
+    }
+    read_term(&mut r)?;
+    r.u32()
 }
 
 /// Every page of the dictionary (to free it).
-pub fn pages<S: PageRead>(store: &S, root: BlockNumber, height: u32) -> Vec<BlockNumber> {
+pub fn pages<S: PageRead>(
+    store: &S,
+    root: BlockNumber,
+    height: u32,
+) -> Result<Vec<BlockNumber>, Corrupt> {
     if root == NO_BLOCK {
-        return Vec::new();
+        return Ok(Vec::new());
     }
+    // One walk over all levels: no page belongs to two levels or twice to one.
+    let mut all = Chain::new("the dictionary", FIRST_DATA_BLOCK);
     let mut out = Vec::new();
-    for mut blkno in leftmost_pages(store, root, height) {
+    for (level, first) in leftmost_pages(store, root, height)?.into_iter().enumerate() {
+        let mut blkno = first;
         while blkno != NO_BLOCK {
-            out.push(blkno);
-            blkno = PageHeader::read(&store.read(blkno), PageKind::Dictionary).next;
+            out.push(all.visit(store, blkno)?);
+            let page = store.read(blkno);
+            blkno = level_page(&page, level as u32).in_block(blkno)?.0.next;
         }
     }
-    out
+    Ok(out)
 }
 
-/// All entries in term order, one leaf page at a time.
+/// All entries in term order, one leaf page at a time. Checks that terms strictly increase
+/// (a merge relies on it); after an error it ends.
 pub struct TermIter<'s, S: PageRead> {
     store: &'s S,
     next_page: BlockNumber,
+    leaves: Chain,
+    last: Option<Vec<u8>>,
     buffered: std::vec::IntoIter<(Vec<u8>, TermInfo)>,
 }
 
 impl<'s, S: PageRead> TermIter<'s, S> {
-    pub fn new(store: &'s S, root: BlockNumber, height: u32) -> Self {
+    pub fn new(store: &'s S, root: BlockNumber, height: u32) -> Result<Self, Corrupt> {
         let next_page = if root == NO_BLOCK {
             NO_BLOCK
         } else {
-            leftmost_pages(store, root, height)[0]
+            leftmost_pages(store, root, height)?[0]
         };
-        TermIter {
+        Ok(TermIter {
             store,
             next_page,
+            leaves: Chain::new("the dictionary's leaves", FIRST_DATA_BLOCK),
+            last: None,
             buffered: Vec::new().into_iter(),
+        })
+    }
+
+    /// Buffers the entries of the next leaf.
+    fn load_leaf(&mut self) -> Result<(), Corrupt> {
+        let blkno = self.leaves.visit(self.store, self.next_page)?;
+        let page = self.store.read(blkno);
+        let (entries, next) = self.leaf_entries(&page).in_block(blkno)?;
+        self.next_page = next;
+        self.buffered = entries.into_iter();
+        Ok(())
+    }
+
+    fn leaf_entries(
+        &mut self,
+        page: &[u8],
+    ) -> Result<(Vec<(Vec<u8>, TermInfo)>, BlockNumber), Corrupt> {
+        let (header, mut r) = level_page(page, 0)?;
+        let mut entries = Vec::new();
+        for _ in 0..header.count {
+            let key = read_term(&mut r)?.to_vec();
+            if self.last.as_ref().is_some_and(|last| *last >= key) {
+                return corrupt("dictionary terms are out of order");
+            }
+            self.last = Some(key.clone());
+            entries.push((key, read_info(&mut r)?));
         }
+        Ok((entries, header.next))
     }
 }
 
 impl<S: PageRead> Iterator for TermIter<'_, S> {
-    type Item = (Vec<u8>, TermInfo);
+    type Item = Result<(Vec<u8>, TermInfo), Corrupt>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if let Some(item) = self.buffered.next() {
-                return Some(item);
+                return Some(Ok(item));
             }
             if self.next_page == NO_BLOCK {
                 return None;
             }
-            let page = self.store.read(self.next_page);
-            let header = PageHeader::read(&page, PageKind::Dictionary);
-            let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
-            let entries: Vec<_> = (0..header.count)
-                .map(|_| {
-                    let key = read_term(&mut r).to_vec();
-                    (key, read_info(&mut r))
-                })
-                .collect();
-            self.next_page = header.next;
-            self.buffered = entries.into_iter();
+            if let Err(e) = self.load_leaf() {
+                self.next_page = NO_BLOCK;
+                return Some(Err(e));
+            }
         }
     }
 }
@@ -263,8 +349,8 @@ mod tests {
     fn info(i: u32) -> TermInfo {
         TermInfo {
             doc_freq: i + 1,
-            postings_block: i,
-            postings_offset: (i % 100) as u16,
+            postings_block: i + 1,
+            postings_offset: (HEADER_SIZE as u32 + i % 100) as u16,
             max_tf: i as f32,
             min_length: 1.0,
         }
@@ -272,38 +358,122 @@ mod tests {
 
     #[test]
     fn multi_level_lookup_iteration_and_pages() {
-        // Small pages force a tree of several levels.
+        // Small pages force a tree of several levels; block 0 is the metapage's.
         let store = MemoryStore::new(256);
+        drop(store.allocate());
         let entries: Vec<(Vec<u8>, TermInfo)> = (0..5000u32)
             .map(|i| (format!("term{:06}", i * 2).into_bytes(), info(i)))
             .collect();
         let (root, height, written) = write(&store, &entries);
         assert!(height >= 3, "height {height}");
         for (i, (term, want)) in entries.iter().enumerate().step_by(7) {
-            assert_eq!(lookup(&store, root, height, term), Some(*want), "term {i}");
+            assert_eq!(
+                lookup(&store, root, height, term),
+                Ok(Some(*want)),
+                "term {i}"
+            );
             // The odd numbers between are absent.
             let missing = format!("term{:06}", i * 2 + 1).into_bytes();
-            assert_eq!(lookup(&store, root, height, &missing), None);
+            assert_eq!(lookup(&store, root, height, &missing), Ok(None));
         }
-        assert_eq!(lookup(&store, root, height, b"a"), None);
-        assert_eq!(lookup(&store, root, height, b"zzz"), None);
-        let all: Vec<_> = TermIter::new(&store, root, height).collect();
+        assert_eq!(lookup(&store, root, height, b"a"), Ok(None));
+        assert_eq!(lookup(&store, root, height, b"zzz"), Ok(None));
+        let all: Vec<_> = TermIter::new(&store, root, height)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(all, entries);
-        let mut p = pages(&store, root, height);
+        let mut p = pages(&store, root, height).unwrap();
         assert_eq!(p.len() as u32, written);
         p.sort();
         p.dedup();
-        assert_eq!(p.len(), store.num_pages());
+        assert_eq!(p.len(), store.num_pages() - 1);
     }
 
     #[test]
     fn empty_and_single_entry_dictionaries() {
         let store = MemoryStore::new(256);
+        drop(store.allocate());
         let (root, height, _) = write(&store, &[]);
-        assert_eq!(lookup(&store, root, height, b"x"), None);
-        assert_eq!(TermIter::new(&store, root, height).count(), 0);
+        assert_eq!(lookup(&store, root, height, b"x"), Ok(None));
+        assert_eq!(TermIter::new(&store, root, height).unwrap().count(), 0);
         let (root, height, _) = write(&store, &[(b"x".to_vec(), info(1))]);
         assert_eq!(height, 1);
-        assert_eq!(lookup(&store, root, height, b"x"), Some(info(1)));
+        assert_eq!(lookup(&store, root, height, b"x"), Ok(Some(info(1))));
+    }
+
+    /// A multi-level dictionary in 256-byte pages, block 0 standing in for a metapage.
+    fn tree() -> (MemoryStore, BlockNumber, u32, Vec<(Vec<u8>, TermInfo)>) {
+        let store = MemoryStore::new(256);
+        drop(store.allocate());
+        let entries: Vec<(Vec<u8>, TermInfo)> = (0..600u32)
+            .map(|i| (format!("t{i:05}").into_bytes(), info(i)))
+            .collect();
+        let (root, height, _) = write(&store, &entries);
+        assert!(height >= 3);
+        (store, root, height, entries)
+    }
+
+    fn set_next(store: &MemoryStore, blkno: BlockNumber, next: BlockNumber) {
+        store.overwrite(blkno, |page| {
+            let mut h = PageHeader::read(page, PageKind::Dictionary).unwrap();
+            h.next = next;
+            h.write(page);
+        });
+    }
+
+    #[test]
+    fn a_leaf_chain_into_itself_or_past_the_end_is_corruption() {
+        let (store, root, height, _) = tree();
+        let first_leaf = leftmost_pages(&store, root, height).unwrap()[0];
+        set_next(&store, first_leaf, first_leaf);
+        assert!(pages(&store, root, height)
+            .unwrap_err()
+            .what
+            .contains("twice"));
+        let err = TermIter::new(&store, root, height)
+            .unwrap()
+            .find_map(Result::err)
+            .expect("the iteration ends in an error");
+        assert!(err.what.contains("twice"), "{err}");
+        set_next(&store, first_leaf, store.num_pages() as BlockNumber + 5);
+        assert!(pages(&store, root, height)
+            .unwrap_err()
+            .what
+            .contains("outside"));
+        set_next(&store, first_leaf, 0);
+        assert!(pages(&store, root, height)
+            .unwrap_err()
+            .what
+            .contains("outside"));
+    }
+
+    #[test]
+    fn absurd_heights_and_children_are_corruption() {
+        let (store, root, height, entries) = tree();
+        for bad in [0, height + 1, u32::MAX] {
+            assert!(
+                lookup(&store, root, bad, &entries[3].0).is_err(),
+                "height {bad}"
+            );
+        }
+        // The root's first child pointing back at the root.
+        store.overwrite(root, |page| {
+            let at = HEADER_SIZE + 1 + page[HEADER_SIZE] as usize;
+            page[at..at + 4].copy_from_slice(&root.to_le_bytes());
+        });
+        let err = lookup(&store, root, height, &entries[0].0).unwrap_err();
+        assert!(
+            err.what.contains("twice") || err.what.contains("level"),
+            "{err}"
+        );
+        // An absurd entry count on a leaf.
+        let (store, root, height, entries) = tree();
+        let leaf = leftmost_pages(&store, root, height).unwrap()[0];
+        store.overwrite(leaf, |page| {
+            page[2..4].copy_from_slice(&u16::MAX.to_le_bytes())
+        });
+        let err = lookup(&store, root, height, &entries[0].0).unwrap_err();
+        assert_eq!(err.block, Some(leaf));
     }
 }

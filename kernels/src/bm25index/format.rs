@@ -1,12 +1,13 @@
 //! On-page byte layouts of the BM25 index, little-endian.
 //!
 //! Every page starts with a 12-byte [`PageHeader`]; block 0 is the metapage. Every read checks
-//! bounds and kinds and panics with "data corruption" instead of returning garbage (the extension
-//! turns the panic into an ERROR).
+//! bounds and kinds and returns a [`Corrupt`] error instead of returning garbage (the extension
+//! turns it into an ERROR).
 
 use crate::bm25::FieldWeights;
 pub use crate::layout::{
-    corrupt, ByteReader, ByteWriter, MetaError, PageHeader, PageKind, Tid, FLAG_FROZEN, HEADER_SIZE,
+    check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, InBlock, MetaError, PageHeader,
+    PageKind, Tid, FLAG_FROZEN, HEADER_SIZE,
 };
 use crate::page::{BlockNumber, NO_BLOCK};
 
@@ -19,6 +20,9 @@ pub const META_BLOCK: BlockNumber = 0;
 const INDEX_KIND: &str = "bm25";
 /// Segments the metapage can describe; merging keeps the count near log2(documents).
 pub const MAX_SEGMENTS: usize = 48;
+/// The first block any page link may name: block 0 is the metapage, which nothing links to
+/// (a link to it would also make a writer that holds the metapage lock it again).
+pub const FIRST_DATA_BLOCK: BlockNumber = 1;
 
 /// Index options, fixed when the index is built.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,17 +76,20 @@ pub struct SegmentDesc {
 const SEGMENT_DESC_SIZE: usize = 4 * 6 + 8 + 4 + 4;
 
 impl SegmentDesc {
-    fn read(r: &mut ByteReader) -> SegmentDesc {
-        let dict_root = r.u32();
-        let dict_height = r.u32();
-        let postings_head = r.u32();
-        let directory_head = r.u32();
-        let num_docs = r.u32();
-        let num_terms = r.u32();
-        let total_length = r.f64();
-        let has_tombstones = r.u32() != 0;
-        let num_pages = r.u32();
-        SegmentDesc {
+    fn read(r: &mut ByteReader) -> Result<SegmentDesc, Corrupt> {
+        let dict_root = r.u32()?;
+        let dict_height = r.u32()?;
+        let postings_head = r.u32()?;
+        let directory_head = r.u32()?;
+        let num_docs = r.u32()?;
+        let num_terms = r.u32()?;
+        let total_length = r.f64()?;
+        let has_tombstones = r.u32()? != 0;
+        let num_pages = r.u32()?;
+        if !(total_length.is_finite() && total_length >= 0.0) {
+            return corrupt(format_args!("a segment's total length is {total_length}"));
+        }
+        Ok(SegmentDesc {
             dict_root,
             dict_height,
             postings_head,
@@ -92,7 +99,7 @@ impl SegmentDesc {
             total_length,
             has_tombstones,
             num_pages,
-        }
+        })
     }
 
     fn write(&self, w: &mut ByteWriter) {
@@ -142,17 +149,21 @@ impl Meta {
     pub fn read(page: &[u8]) -> Result<Meta, MetaError> {
         let mut r = ByteReader::new(page, 0);
         crate::layout::check_meta(&mut r, MAGIC, FORMAT_VERSION, INDEX_KIND)?;
+        Self::read_body(&mut r).map_err(|e| MetaError::Corrupt(e.in_block(META_BLOCK)))
+    }
+
+    fn read_body(r: &mut ByteReader) -> Result<Meta, Corrupt> {
         let version = FORMAT_VERSION;
-        let k1 = r.f64();
-        let b = r.f64();
+        let k1 = r.f64()?;
+        let b = r.f64()?;
         let weights = FieldWeights {
-            name: r.f64(),
-            description: r.f64(),
-            instructions: r.f64(),
+            name: r.f64()?,
+            description: r.f64()?,
+            instructions: r.f64()?,
         };
-        let stemming = r.u8() != 0;
-        let _pad = r.bytes(3);
-        let append_pages_limit = r.u32();
+        let stemming = r.u8()? != 0;
+        let _pad = r.bytes(3)?;
+        let append_pages_limit = r.u32()?;
         let options = IndexOptions {
             k1,
             b,
@@ -160,16 +171,22 @@ impl Meta {
             stemming,
             append_pages: append_pages_limit,
         };
-        let append_head = r.u32();
-        let append_tail = r.u32();
-        let append_pages = r.u32();
-        let frozen_head = r.u32();
-        let generation = r.u64();
-        let nseg = r.u32() as usize;
-        if nseg > MAX_SEGMENTS {
-            corrupt(format_args!("metapage lists {nseg} segments"));
+        check_options(&options)?;
+        let append_head = r.u32()?;
+        let append_tail = r.u32()?;
+        let append_pages = r.u32()?;
+        let frozen_head = r.u32()?;
+        let generation = r.u64()?;
+        if frozen_head != NO_BLOCK && frozen_head == append_head {
+            return corrupt("the frozen append area is also the current one");
         }
-        let segments = (0..nseg).map(|_| SegmentDesc::read(&mut r)).collect();
+        let nseg = r.u32()? as usize;
+        if nseg > MAX_SEGMENTS {
+            return corrupt(format_args!("metapage lists {nseg} segments"));
+        }
+        let segments = (0..nseg)
+            .map(|_| SegmentDesc::read(r))
+            .collect::<Result<_, _>>()?;
         Ok(Meta {
             version,
             options,
@@ -213,9 +230,29 @@ impl Meta {
         header.write(page);
     }
 
+    /// Bumps the generation; wrapping, because the value comes from a page and an overflow
+    /// must not panic (equality is all readers compare).
+    pub fn bump_generation(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+    }
+
     pub fn max_size() -> usize {
         HEADER_SIZE + 4 + 4 + 5 * 8 + 4 + 4 + 4 * 4 + 8 + 4 + MAX_SEGMENTS * SEGMENT_DESC_SIZE
     }
+}
+
+/// Options inside the ranges CREATE INDEX accepts (extension `bm25/options.rs`): anything else
+/// on a metapage is damage, and a NaN or infinite k1, b or weight would turn every score NaN.
+fn check_options(o: &IndexOptions) -> Result<(), Corrupt> {
+    let within = |v: f64, max: f64| v.is_finite() && (0.0..=max).contains(&v);
+    let ok = within(o.k1, 10.0)
+        && within(o.b, 1.0)
+        && o.weights_array().iter().all(|&w| within(w, 100.0))
+        && o.append_pages >= 1;
+    if !ok {
+        return corrupt(format_args!("metapage options are out of range: {o:?}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -264,10 +301,34 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "data corruption")]
     fn a_page_of_the_wrong_kind_is_corruption() {
         let mut page = vec![0u8; 64];
         PageHeader::new(PageKind::Postings).write(&mut page);
-        PageHeader::read(&page, PageKind::Dictionary);
+        let err = PageHeader::read(&page, PageKind::Dictionary).unwrap_err();
+        assert!(err.to_string().contains("data corruption"), "{err}");
+    }
+
+    #[test]
+    fn absurd_metapage_fields_are_corruption() {
+        let mut page = vec![0u8; 8168];
+        Meta::new(IndexOptions::default()).write(&mut page);
+        // k1 (first option) as NaN.
+        let at = HEADER_SIZE + 8;
+        page[at..at + 8].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert!(matches!(Meta::read(&page), Err(MetaError::Corrupt(_))));
+        // A segment count past the limit.
+        let mut page = vec![0u8; 8168];
+        Meta::new(IndexOptions::default()).write(&mut page);
+        let at = HEADER_SIZE + 8 + 5 * 8 + 4 + 4 + 4 * 4 + 8;
+        page[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let err = Meta::read(&page).unwrap_err();
+        assert!(err.to_string().contains("segments"), "{err}");
+        // A metapage cut short.
+        let mut page = vec![0u8; 8168];
+        Meta::new(IndexOptions::default()).write(&mut page);
+        assert!(matches!(
+            Meta::read(&page[..40]),
+            Err(MetaError::Corrupt(_))
+        ));
     }
 }

@@ -11,14 +11,17 @@
 //!   area, but they follow chains a merge frees, so they count as readers for
 //!   [`Exclusion::lock_readers_out`].
 
-use super::append::{self, live_documents, read_meta};
-use super::dictionary::TermIter;
+use super::append::{self, live_documents, meta_of, read_meta};
+use super::dictionary::{TermInfo, TermIter};
 use super::document::FieldCounts;
-use super::format::{Meta, PageHeader, PageKind, SegmentDesc, Tid, MAX_SEGMENTS, META_BLOCK};
+use super::format::{
+    corrupt, Corrupt, InBlock, Meta, PageHeader, PageKind, SegmentDesc, Tid, FIRST_DATA_BLOCK,
+    MAX_SEGMENTS, META_BLOCK,
+};
 use super::segment::{
     doc_entries, set_tombstones, DocRow, SegmentBuilder, SegmentReader, SegmentWriter, END,
 };
-use crate::page::{BlockNumber, PageWrite, NO_BLOCK};
+use crate::page::{check_block, BlockNumber, PageWrite, NO_BLOCK};
 
 /// How the caller keeps readers away while pages are switched and freed.
 pub trait Exclusion {
@@ -34,12 +37,12 @@ impl Exclusion for NoReaders {
     fn let_readers_in(&self) {}
 }
 
-fn write_meta<S: PageWrite>(store: &S, change: impl FnOnce(&mut Meta)) -> Meta {
+fn write_meta<S: PageWrite>(store: &S, change: impl FnOnce(&mut Meta)) -> Result<Meta, Corrupt> {
     let mut guard = store.write(META_BLOCK);
-    let mut meta = Meta::read(&guard).unwrap_or_else(|e| super::format::corrupt(e));
+    let mut meta = meta_of(&guard)?;
     change(&mut meta);
     meta.write(&mut guard);
-    meta
+    Ok(meta)
 }
 
 /// Writes the metapage and an empty append area into an empty store (block 0 becomes the meta).
@@ -55,38 +58,70 @@ pub fn initialize<S: PageWrite>(store: &S, options: super::format::IndexOptions)
     write_meta(store, |m| {
         m.append_head = head;
         m.append_tail = head;
-    });
+    })
+    .expect("a metapage just written reads back");
 }
 
 /// Publishes a segment written by CREATE INDEX (one per maintenance_work_mem of input), then
 /// rebalances so a build of any size never holds more than a logarithmic number of segments.
-pub fn add_segment<S: PageWrite>(store: &S, segment: SegmentDesc, ex: &dyn Exclusion) {
+pub fn add_segment<S: PageWrite>(
+    store: &S,
+    segment: SegmentDesc,
+    ex: &dyn Exclusion,
+) -> Result<(), Corrupt> {
     write_meta(store, |m| {
         m.segments.push(segment);
-        m.generation += 1;
-    });
-    merge_by_size(store, ex);
+        m.bump_generation();
+    })?;
+    merge_by_size(store, ex)
 }
 
 /// Merges every segment into one (the end of CREATE INDEX: fewest lists to read per query).
-pub fn merge_all<S: PageWrite>(store: &S, ex: &dyn Exclusion) {
-    let n = read_meta(store).segments.len();
+pub fn merge_all<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
+    let n = read_meta(store)?.segments.len();
     if n > 1 {
-        merge_segments(store, &(0..n).collect::<Vec<_>>(), ex);
+        merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
     }
+    Ok(())
+}
+
+/// Pages of all `readers`, checked to be distinct: freeing a page twice would hand it to two
+/// new structures.
+fn owned_pages<S: PageWrite>(readers: &[SegmentReader<S>]) -> Result<Vec<BlockNumber>, Corrupt> {
+    let mut pages = Vec::new();
+    for r in readers {
+        pages.extend(r.pages()?);
+    }
+    check_distinct(&pages)?;
+    Ok(pages)
+}
+
+fn check_distinct(pages: &[BlockNumber]) -> Result<(), Corrupt> {
+    let mut sorted = pages.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return corrupt("two structures of the index share a page");
+    }
+    Ok(())
 }
 
 /// Merges segments `which` (metapage positions) into one; documents with tombstones are dropped.
-pub fn merge_segments<S: PageWrite>(store: &S, which: &[usize], ex: &dyn Exclusion) {
+pub fn merge_segments<S: PageWrite>(
+    store: &S,
+    which: &[usize],
+    ex: &dyn Exclusion,
+) -> Result<(), Corrupt> {
     if which.is_empty() {
-        return;
+        return Ok(());
     }
-    let meta = read_meta(store);
+    let meta = read_meta(store)?;
     let inputs: Vec<SegmentDesc> = which.iter().map(|&i| meta.segments[i]).collect();
     let readers: Vec<SegmentReader<S>> = inputs
         .iter()
         .map(|d| SegmentReader::open(store, *d))
-        .collect();
+        .collect::<Result<_, _>>()?;
+    // Read (and checked) before anything is written, so a damaged input stops the merge early.
+    let old_pages = owned_pages(&readers)?;
     let weights = meta.options.weights_array();
 
     // New ids: live documents of each input in order.
@@ -103,38 +138,39 @@ pub fn merge_segments<S: PageWrite>(store: &S, which: &[usize], ex: &dyn Exclusi
                     fingerprint: e.fingerprint,
                 });
             }
-        });
+        })?;
         remap.push(map);
     }
 
     let mut writer = SegmentWriter::new(store, weights, docs);
-    let mut iters: Vec<_> = readers
-        .iter()
-        .map(|r| TermIter::new(store, r.desc.dict_root, r.desc.dict_height).peekable())
-        .collect();
+    let mut iters = Vec::with_capacity(readers.len());
+    let mut heads: Vec<Option<(Vec<u8>, TermInfo)>> = Vec::with_capacity(readers.len());
+    for r in &readers {
+        let mut it = TermIter::new(store, r.desc.dict_root, r.desc.dict_height)?;
+        heads.push(it.next().transpose()?);
+        iters.push(it);
+    }
     let (mut ids, mut counts): (Vec<u32>, Vec<FieldCounts>) = (Vec::new(), Vec::new());
-    loop {
-        let Some(term) = iters
-            .iter_mut()
-            .filter_map(|it| it.peek().map(|(t, _)| t.clone()))
-            .min()
-        else {
-            break;
-        };
+    // Each step consumes the smallest term of every input that has it; the iterators check
+    // that terms strictly increase, so this ends after the inputs' terms.
+    while let Some(term) = heads.iter().flatten().map(|(t, _)| t).min().cloned() {
         ids.clear();
         counts.clear();
-        for (s, it) in iters.iter_mut().enumerate() {
-            if it.peek().is_some_and(|(t, _)| *t == term) {
-                let (_, info) = it.next().expect("peeked");
-                let mut cursor = readers[s].postings(&info);
-                while cursor.doc() != END {
-                    let new_id = remap[s][cursor.doc() as usize];
-                    if new_id != END {
-                        ids.push(new_id);
-                        counts.push(cursor.counts());
-                    }
-                    cursor.next();
+        for s in 0..readers.len() {
+            if heads[s].as_ref().is_none_or(|(t, _)| *t != term) {
+                continue;
+            }
+            let (_, info) = heads[s].take().expect("checked above");
+            heads[s] = iters[s].next().transpose()?;
+            let mut cursor = readers[s].postings(&info)?;
+            while cursor.doc() != END {
+                // The cursor checked the document is inside the segment.
+                let new_id = remap[s][cursor.doc() as usize];
+                if new_id != END {
+                    ids.push(new_id);
+                    counts.push(cursor.counts());
                 }
+                cursor.next()?;
             }
         }
         if !ids.is_empty() {
@@ -142,10 +178,9 @@ pub fn merge_segments<S: PageWrite>(store: &S, which: &[usize], ex: &dyn Exclusi
         }
     }
     let merged = writer.finish();
-    let old_pages: Vec<BlockNumber> = readers.iter().flat_map(|r| r.pages()).collect();
 
     ex.lock_readers_out();
-    write_meta(store, |m| {
+    let published = write_meta(store, |m| {
         for (i, d) in which.iter().zip(&inputs) {
             assert_eq!(m.segments[*i], *d, "a segment changed during its merge");
         }
@@ -161,58 +196,43 @@ pub fn merge_segments<S: PageWrite>(store: &S, which: &[usize], ex: &dyn Exclusi
             kept.insert(first.min(kept.len()), merged);
         }
         m.segments = kept;
-        m.generation += 1;
-    });
-    store.free(&old_pages);
+        m.bump_generation();
+    })
+    .and_then(|_| store.free(&old_pages));
     ex.let_readers_in();
+    published?;
     if merged.num_docs == 0 {
-        store.free(&SegmentReader::open(store, merged).pages());
+        store.free(&SegmentReader::open(store, merged)?.pages()?)?;
     }
+    Ok(())
 }
 
 /// Turns the append area into a segment. Returns false when there was nothing to merge.
-pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> bool {
-    let meta = read_meta(store);
+pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
+    let meta = read_meta(store)?;
     let frozen = if meta.frozen_head != NO_BLOCK {
         // A previous merge stopped half-way (an error or a crash): finish it.
         meta.frozen_head
     } else {
-        let head_page = store.read(meta.append_head);
-        let header = PageHeader::read(&head_page, PageKind::Append);
+        let head = check_block(store, meta.append_head, FIRST_DATA_BLOCK, "the append area")?;
+        let header = PageHeader::read(&store.read(head), PageKind::Append).in_block(head)?;
         if header.count == 0 && header.next == NO_BLOCK {
-            return false;
+            return Ok(false);
         }
-        drop(head_page);
-        let new_head = append::new_chain(store);
-        let mut guard = store.write(META_BLOCK);
-        let mut m = Meta::read(&guard).unwrap_or_else(|e| super::format::corrupt(e));
-        append::freeze_chain(
-            store,
-            if m.append_tail != NO_BLOCK {
-                m.append_tail
-            } else {
-                m.append_head
-            },
-        );
-        m.frozen_head = m.append_head;
-        m.append_head = new_head;
-        m.append_tail = new_head;
-        m.append_pages = 0;
-        m.generation += 1;
-        m.write(&mut guard);
-        m.frozen_head
+        freeze_append(store)?
     };
 
-    let docs = live_documents(store, frozen);
+    // Read (and checked) before anything is written.
+    let docs = live_documents(store, frozen)?;
+    let old_pages = append::chain_pages(store, frozen)?;
     let mut builder = SegmentBuilder::new(meta.options.weights_array());
     for (tid, doc) in &docs {
         builder.add(*tid, doc);
     }
     let segment = (!builder.is_empty()).then(|| builder.write(store));
-    let old_pages = append::chain_pages(store, frozen);
 
     ex.lock_readers_out();
-    write_meta(store, |m| {
+    let published = write_meta(store, |m| {
         assert_eq!(
             m.frozen_head, frozen,
             "the frozen append area changed during its merge"
@@ -221,30 +241,52 @@ pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> bool {
             m.segments.push(s);
         }
         m.frozen_head = NO_BLOCK;
-        m.generation += 1;
-    });
-    store.free(&old_pages);
+        m.bump_generation();
+    })
+    .and_then(|_| store.free(&old_pages));
     ex.let_readers_in();
-    merge_by_size(store, ex);
-    true
+    published?;
+    merge_by_size(store, ex)?;
+    Ok(true)
+}
+
+/// Points inserters at a new, empty append area and freezes the old one; returns the old head.
+fn freeze_append<S: PageWrite>(store: &S) -> Result<BlockNumber, Corrupt> {
+    let new_head = append::new_chain(store);
+    let mut guard = store.write(META_BLOCK);
+    let mut m = meta_of(&guard)?;
+    let last_known = if m.append_tail != NO_BLOCK {
+        m.append_tail
+    } else {
+        m.append_head
+    };
+    append::freeze_chain(store, last_known)?;
+    m.frozen_head = m.append_head;
+    m.append_head = new_head;
+    m.append_tail = new_head;
+    m.append_pages = 0;
+    m.bump_generation();
+    m.write(&mut guard);
+    Ok(m.frozen_head)
 }
 
 /// Keeps the number of segments logarithmic: while the newest segment is at least half the size
-/// of the one before it, the two are merged (a binary counter over segment sizes).
-fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) {
+/// of the one before it, the two are merged (a binary counter over segment sizes). Every merge
+/// leaves fewer segments, so this ends.
+fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
     loop {
-        let sizes: Vec<u64> = read_meta(store)
+        let sizes: Vec<u64> = read_meta(store)?
             .segments
             .iter()
             .map(|s| s.num_docs as u64)
             .collect();
         let n = sizes.len();
         if n >= MAX_SEGMENTS - 2 {
-            merge_segments(store, &(0..n).collect::<Vec<_>>(), ex);
+            merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
         } else if n >= 2 && sizes[n - 1] * 2 >= sizes[n - 2] {
-            merge_segments(store, &[n - 2, n - 1], ex);
+            merge_segments(store, &[n - 2, n - 1], ex)?;
         } else {
-            return;
+            return Ok(());
         }
     }
 }
@@ -258,15 +300,19 @@ pub struct DeleteCounts {
 
 /// Marks every indexed document whose TID `is_dead` says is dead. Statistics stay as they were
 /// until [`vacuum_cleanup`] rewrites the segments that got tombstones.
-pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool) -> DeleteCounts {
-    let meta = read_meta(store);
+pub fn bulk_delete<S: PageWrite>(
+    store: &S,
+    is_dead: &mut dyn FnMut(Tid) -> bool,
+) -> Result<DeleteCounts, Corrupt> {
+    let meta = read_meta(store)?;
     let mut counts = DeleteCounts::default();
     for (position, desc) in meta.segments.iter().enumerate() {
-        let reader = SegmentReader::open(store, *desc);
+        let reader = SegmentReader::open(store, *desc)?;
         let mut flagged = desc.has_tombstones;
         let mut live = 0u64;
         for &blkno in reader.document_pages() {
-            let entries = doc_entries(&store.read(blkno));
+            crate::interrupt::check();
+            let entries = doc_entries(&store.read(blkno)).in_block(blkno)?;
             let alive = entries.iter().filter(|e| !e.deleted).count() as u64;
             // Ask about each TID once; the write below marks exactly these.
             let dead: Vec<Tid> = entries
@@ -283,12 +329,13 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
                 write_meta(store, |m| {
                     assert_eq!(m.segments[position].directory_head, desc.directory_head);
                     m.segments[position].has_tombstones = true;
-                    m.generation += 1;
-                });
+                    m.bump_generation();
+                })?;
                 flagged = true;
             }
             let mut guard = store.write(blkno);
-            let marked = set_tombstones(&mut guard, |tid| dead.contains(&tid)) as u64;
+            let marked =
+                set_tombstones(&mut guard, |tid| dead.contains(&tid)).in_block(blkno)? as u64;
             counts.removed += marked;
             live += alive - marked.min(alive);
         }
@@ -296,7 +343,7 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
     }
     for head in [meta.frozen_head, meta.append_head] {
         if head != NO_BLOCK {
-            let (removed, remaining) = append::mark_dead(store, head, is_dead);
+            let (removed, remaining) = append::mark_dead(store, head, is_dead)?;
             counts.removed += removed;
             counts.remaining += remaining;
         }
@@ -304,17 +351,17 @@ pub fn bulk_delete<S: PageWrite>(store: &S, is_dead: &mut dyn FnMut(Tid) -> bool
     if counts.removed > 0 {
         // Readers that keep document tables in memory must see the new tombstones before the
         // heap reuses the dead tuples' TIDs (which happens after this returns).
-        write_meta(store, |m| m.generation += 1);
+        write_meta(store, |m| m.bump_generation())?;
     }
-    counts
+    Ok(counts)
 }
 
 /// VACUUM's last step: the append area becomes a segment, segments with tombstones are
 /// rewritten without them (so document counts, lengths and frequencies are exact again), and
 /// segment sizes are rebalanced. Returns the number of live documents.
-pub fn vacuum_cleanup<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> u64 {
-    flush_append(store, ex);
-    let meta = read_meta(store);
+pub fn vacuum_cleanup<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<u64, Corrupt> {
+    flush_append(store, ex)?;
+    let meta = read_meta(store)?;
     let dirty: Vec<usize> = meta
         .segments
         .iter()
@@ -323,12 +370,12 @@ pub fn vacuum_cleanup<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> u64 {
         .map(|(i, _)| i)
         .collect();
     if !dirty.is_empty() {
-        merge_segments(store, &dirty, ex);
-        merge_by_size(store, ex);
+        merge_segments(store, &dirty, ex)?;
+        merge_by_size(store, ex)?;
     }
-    read_meta(store)
+    Ok(read_meta(store)?
         .segments
         .iter()
         .map(|s| s.num_docs as u64)
-        .sum()
+        .sum())
 }

@@ -24,8 +24,9 @@ pub mod segment;
 pub use document::{analyze, query_terms, AnalyzedDoc, QueryStats, Scorer};
 pub use format::{IndexOptions, Meta, MetaError, Tid, FORMAT_VERSION};
 pub use maintenance::{Exclusion, NoReaders};
-pub use search::{all_documents, prepare, DocTableCache, SearchHit};
+pub use search::{all_documents, try_prepare, DocTableCache, SearchHit};
 
+pub use crate::page::Corrupt;
 use crate::page::PageRead;
 use crate::text::Analyzer;
 
@@ -35,13 +36,15 @@ pub fn search<S: PageRead>(
     analyzer: &mut Analyzer,
     query: &str,
     k: usize,
-) -> Vec<SearchHit> {
+) -> Result<Vec<SearchHit>, Corrupt> {
     let terms = query_terms(analyzer, query);
     if terms.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    prepare(store, &terms).top_k(k)
+    try_prepare(store, &terms)?.top_k(k)
 }
 
+#[cfg(test)]
+mod corruption_tests;
 #[cfg(test)]
 mod tests;

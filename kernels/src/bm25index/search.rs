@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::append::{for_each_record, read_meta};
 use super::dictionary::TermInfo;
 use super::document::{stored_length, FieldCounts, QueryStats, Scorer};
-use super::format::{Meta, Tid};
+use super::format::{Corrupt, Meta, Tid};
 use super::segment::{PostingCursor, SegmentReader, END};
 use crate::page::{BlockNumber, PageRead, NO_BLOCK};
 
@@ -29,7 +29,8 @@ pub struct DocTable {
 }
 
 impl DocTable {
-    fn load<S: PageRead>(reader: &SegmentReader<'_, S>) -> DocTable {
+    fn load<S: PageRead>(reader: &SegmentReader<'_, S>) -> Result<DocTable, Corrupt> {
+        // `num_docs` was checked against the document pages the segment has when it was opened.
         let n = reader.desc.num_docs as usize;
         let mut table = DocTable {
             tids: Vec::with_capacity(n),
@@ -42,8 +43,8 @@ impl DocTable {
                 .lengths
                 .push(if e.deleted { f32::NAN } else { e.length });
             table.fingerprints.push(e.fingerprint);
-        });
-        table
+        })?;
+        Ok(table)
     }
 }
 
@@ -53,7 +54,9 @@ impl DocTable {
 #[derive(Default)]
 pub struct DocTableCache {
     generation: Option<u64>,
-    tables: HashMap<BlockNumber, Arc<DocTable>>,
+    /// By (directory head, documents): a table always has as many rows as the segment it
+    /// serves has documents, so scoring can index it by any document id the postings hold.
+    tables: HashMap<(BlockNumber, u32), Arc<DocTable>>,
 }
 
 impl DocTableCache {
@@ -61,15 +64,18 @@ impl DocTableCache {
         &mut self,
         generation: u64,
         reader: &SegmentReader<'_, S>,
-    ) -> Arc<DocTable> {
+    ) -> Result<Arc<DocTable>, Corrupt> {
         if self.generation != Some(generation) {
             self.tables.clear();
             self.generation = Some(generation);
         }
-        self.tables
-            .entry(reader.desc.directory_head)
-            .or_insert_with(|| Arc::new(DocTable::load(reader)))
-            .clone()
+        let key = (reader.desc.directory_head, reader.desc.num_docs);
+        if let Some(table) = self.tables.get(&key) {
+            return Ok(table.clone());
+        }
+        let table = Arc::new(DocTable::load(reader)?);
+        self.tables.insert(key, table.clone());
+        Ok(table)
     }
 }
 
@@ -154,8 +160,11 @@ pub struct PreparedQuery<'s, S: PageRead> {
 }
 
 /// Reads the statistics of `terms` (distinct, query order) and the append area.
-pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery<'s, S> {
-    let meta = read_meta(store);
+pub fn try_prepare<'s, S: PageRead>(
+    store: &'s S,
+    terms: &[String],
+) -> Result<PreparedQuery<'s, S>, Corrupt> {
+    let meta = read_meta(store)?;
     let weights = meta.options.weights_array();
     let mut stats = QueryStats {
         num_docs: 0,
@@ -164,11 +173,13 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
     };
     let mut segments = Vec::with_capacity(meta.segments.len());
     for desc in &meta.segments {
-        let reader = SegmentReader::open(store, *desc);
+        let reader = SegmentReader::open(store, *desc)?;
         stats.num_docs += desc.num_docs as u64;
         stats.total_length += desc.total_length;
-        let infos: Vec<Option<TermInfo>> =
-            terms.iter().map(|t| reader.term(t.as_bytes())).collect();
+        let infos: Vec<Option<TermInfo>> = terms
+            .iter()
+            .map(|t| reader.term(t.as_bytes()))
+            .collect::<Result<_, _>>()?;
         for (i, info) in infos.iter().enumerate() {
             stats.doc_freq[i] += info.map_or(0, |x| x.doc_freq as u64);
         }
@@ -195,14 +206,15 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
                 .or_insert_with(|| ([0; 3], vec![None; terms.len()], 0));
             entry.2 |= rec.fingerprint;
             for f in 0..3 {
-                entry.0[f] += rec.lengths[f];
+                // Saturating: lengths come from pages, and an overflow must not panic.
+                entry.0[f] = entry.0[f].saturating_add(rec.lengths[f]);
             }
             for (term, counts) in &rec.terms {
                 if let Some(&i) = index_of.get(term) {
                     entry.1[i] = Some(*counts);
                 }
             }
-        });
+        })?;
     }
     let mut append = Vec::new();
     for (tid, (lengths, counts, fingerprint)) in docs {
@@ -222,23 +234,27 @@ pub fn prepare<'s, S: PageRead>(store: &'s S, terms: &[String]) -> PreparedQuery
         }
     }
     let scorer = Scorer::new(meta.options.k1, meta.options.b, weights, &stats);
-    PreparedQuery {
+    Ok(PreparedQuery {
         meta,
         stats,
         scorer,
         segments,
         append,
-    }
+    })
 }
 
 impl<S: PageRead> PreparedQuery<'_, S> {
     /// The `k` best documents, best first.
-    pub fn top_k(&self, k: usize) -> Vec<SearchHit> {
+    pub fn top_k(&self, k: usize) -> Result<Vec<SearchHit>, Corrupt> {
         self.top_k_cached(k, &mut DocTableCache::default())
     }
 
     /// [`Self::top_k`] with document tables kept across queries in `cache`.
-    pub fn top_k_cached(&self, k: usize, cache: &mut DocTableCache) -> Vec<SearchHit> {
+    pub fn top_k_cached(
+        &self,
+        k: usize,
+        cache: &mut DocTableCache,
+    ) -> Result<Vec<SearchHit>, Corrupt> {
         let mut top = TopK {
             k,
             heap: BinaryHeap::with_capacity(k.min(1 << 16) + 1),
@@ -256,12 +272,12 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             if infos.iter().all(Option::is_none) {
                 continue;
             }
-            let docs = cache.table(self.meta.generation, reader);
-            self.search_segment(reader, &docs, infos, &mut top);
+            let docs = cache.table(self.meta.generation, reader)?;
+            self.search_segment(reader, &docs, infos, &mut top)?;
         }
         let mut hits: Vec<SearchHit> = top.heap.into_iter().map(|w| w.0).collect();
         hits.sort_by(hit_order);
-        hits
+        Ok(hits)
     }
 
     fn search_segment(
@@ -270,7 +286,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
         docs: &DocTable,
         infos: &[Option<TermInfo>],
         top: &mut TopK,
-    ) {
+    ) -> Result<(), Corrupt> {
         let scorer = &self.scorer;
         struct Term<'a, S: PageRead> {
             index: usize,
@@ -280,23 +296,22 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             block_bound: f64,
             block_bound_of: u32,
         }
-        let mut terms: Vec<Term<S>> = infos
-            .iter()
-            .enumerate()
-            .filter_map(|(i, info)| {
-                let info = info.as_ref()?;
-                scorer.idf[i]?;
-                Some(Term {
-                    index: i,
-                    bound: scorer.bound(i, info.max_tf, info.min_length),
-                    cursor: reader.postings(info),
-                    block_bound: 0.0,
-                    block_bound_of: 0,
-                })
-            })
-            .collect();
+        let mut terms: Vec<Term<S>> = Vec::new();
+        for (i, info) in infos.iter().enumerate() {
+            let Some(info) = info else { continue };
+            if scorer.idf[i].is_none() {
+                continue;
+            }
+            terms.push(Term {
+                index: i,
+                bound: scorer.bound(i, info.max_tf, info.min_length),
+                cursor: reader.postings(info)?,
+                block_bound: 0.0,
+                block_bound_of: 0,
+            });
+        }
         if terms.is_empty() {
-            return;
+            return Ok(());
         }
         terms.sort_by(|a, b| a.bound.total_cmp(&b.bound));
         // prefix[i] = Σ bounds of terms[..i]
@@ -326,7 +341,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                     .take_while(|&i| prefix[i + 1] < theta)
                     .count();
                 if essential == terms.len() {
-                    return;
+                    return Ok(());
                 }
             }
             let d = terms[essential..]
@@ -335,7 +350,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 .min()
                 .unwrap_or(END);
             if d == END {
-                return;
+                return Ok(());
             }
 
             // Block-level bound for d and everything up to the nearest block end.
@@ -350,7 +365,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 }
             }
             for t in terms[..essential].iter_mut() {
-                if t.cursor.seek_block(d) {
+                if t.cursor.seek_block(d)? {
                     bound += block_bound(t);
                     skip_to = skip_to.min(t.cursor.block_header().last_doc.saturating_add(1));
                 }
@@ -358,7 +373,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             if bound < theta {
                 for t in terms[essential..].iter_mut() {
                     if t.cursor.doc() < skip_to {
-                        t.cursor.advance(skip_to);
+                        t.cursor.advance(skip_to)?;
                     }
                 }
                 continue;
@@ -384,7 +399,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                         break;
                     }
                     let t = &mut terms[i];
-                    t.cursor.advance(d);
+                    t.cursor.advance(d)?;
                     if t.cursor.doc() == d {
                         let c = scorer.term(t.index, &t.cursor.counts(), length);
                         contributions[t.index] = c;
@@ -402,7 +417,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             }
             for t in terms[essential..].iter_mut() {
                 if t.cursor.doc() == d {
-                    t.cursor.next();
+                    t.cursor.next()?;
                 }
             }
         }
@@ -415,15 +430,15 @@ fn below(partial: f64, theta: f64) -> bool {
 }
 
 /// Every live document's TID, in TID order (the index returns them, score 0, after the matches).
-pub fn all_documents<S: PageRead>(store: &S) -> Vec<Tid> {
-    let meta = read_meta(store);
+pub fn all_documents<S: PageRead>(store: &S) -> Result<Vec<Tid>, Corrupt> {
+    let meta = read_meta(store)?;
     let mut out = Vec::new();
     for desc in &meta.segments {
-        SegmentReader::open(store, *desc).for_each_doc(|_, e| {
+        SegmentReader::open(store, *desc)?.for_each_doc(|_, e| {
             if !e.deleted {
                 out.push(e.tid);
             }
-        });
+        })?;
     }
     for head in [meta.frozen_head, meta.append_head] {
         if head != NO_BLOCK {
@@ -431,10 +446,10 @@ pub fn all_documents<S: PageRead>(store: &S) -> Vec<Tid> {
                 if !rec.deleted && !rec.continuation {
                     out.push(rec.tid);
                 }
-            });
+            })?;
         }
     }
     out.sort();
     out.dedup();
-    out
+    Ok(out)
 }

@@ -12,9 +12,10 @@ use super::codec::{
 use super::dictionary::{self, TermInfo};
 use super::document::{stored_length, AnalyzedDoc, FieldCounts};
 use super::format::{
-    corrupt, ByteReader, ByteWriter, PageHeader, PageKind, SegmentDesc, Tid, HEADER_SIZE,
+    check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind,
+    SegmentDesc, Tid, FIRST_DATA_BLOCK, HEADER_SIZE,
 };
-use crate::page::{BlockNumber, PageRead, PageWrite, NO_BLOCK};
+use crate::page::{check_block, BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
 
 const DOC_ENTRY_SIZE: usize = Tid::SIZE + 2 + 4 + 8;
 const DOC_DELETED: u16 = 1;
@@ -97,7 +98,8 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
         for (d, c) in docs.chunks(BLOCK_LEN).zip(counts.chunks(BLOCK_LEN)) {
             let size = encode_block(previous_last, d, c, weights, lengths, &mut self.scratch);
             previous_last = *d.last().expect("chunks are not empty");
-            let header = BlockHeader::read(&mut ByteReader::new(&self.scratch, 0));
+            let header = BlockHeader::read(&mut ByteReader::new(&self.scratch, 0))
+                .expect("a block just encoded reads back");
             max_tf = max_tf.max(header.max_tf);
             min_length = min_length.min(header.min_length);
             let at = self.reserve(size);
@@ -305,116 +307,217 @@ pub struct SegmentReader<'s, S: PageRead> {
 }
 
 impl<'s, S: PageRead> SegmentReader<'s, S> {
-    pub fn open(store: &'s S, desc: SegmentDesc) -> Self {
+    /// Reads the document directory, checking it against the segment's description: as many
+    /// document pages as its documents fill, each a distinct page of the index.
+    pub fn open(store: &'s S, desc: SegmentDesc) -> Result<Self, Corrupt> {
+        check_dictionary_desc(&desc)?;
+        let mut pages = Chain::new("a segment's document directory", FIRST_DATA_BLOCK);
         let mut directory = Vec::new();
         let mut blkno = desc.directory_head;
         while blkno != NO_BLOCK {
+            pages.visit(store, blkno)?;
             let page = store.read(blkno);
-            let header = PageHeader::read(&page, PageKind::DocumentDirectory);
-            let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
-            directory.extend((0..header.count).map(|_| r.u32()));
-            blkno = header.next;
+            blkno = read_directory_page(&page, &mut directory).in_block(blkno)?;
+        }
+        for &doc_page in &directory {
+            pages.visit(store, doc_page)?;
         }
         let per_page = docs_per_page(store.page_size());
         if directory.len() != (desc.num_docs as usize).div_ceil(per_page) {
-            corrupt(format_args!(
+            return corrupt(format_args!(
                 "segment of {} documents has {} document pages",
                 desc.num_docs,
                 directory.len()
             ));
         }
-        SegmentReader {
+        Ok(SegmentReader {
             store,
             desc,
             directory,
-        }
+        })
     }
 
     pub fn document_pages(&self) -> &[BlockNumber] {
         &self.directory
     }
 
-    /// Every document, in id order.
-    pub fn for_each_doc(&self, mut f: impl FnMut(u32, DocEntry)) {
-        let mut id = 0;
+    /// Every document, in id order. Every page but the last holds a full page of documents,
+    /// so ids are what the posting lists mean by them.
+    pub fn for_each_doc(&self, mut f: impl FnMut(u32, DocEntry)) -> Result<(), Corrupt> {
+        let per_page = docs_per_page(self.store.page_size()) as u32;
+        let mut id = 0u32;
         for &blkno in &self.directory {
+            crate::interrupt::check();
             let page = self.store.read(blkno);
-            let header = PageHeader::read(&page, PageKind::Documents);
-            let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
-            for _ in 0..header.count {
-                f(id, read_doc_entry(&mut r));
+            let expected = per_page.min(self.desc.num_docs - id);
+            let entries = doc_entries(&page).in_block(blkno)?;
+            if entries.len() != expected as usize {
+                return Err(Corrupt::new(format_args!(
+                    "document page holds {} documents instead of {expected}",
+                    entries.len()
+                ))
+                .in_block(blkno));
+            }
+            for entry in entries {
+                f(id, entry);
                 id += 1;
             }
         }
+        Ok(())
     }
 
-    pub fn term(&self, term: &[u8]) -> Option<TermInfo> {
-        dictionary::lookup(self.store, self.desc.dict_root, self.desc.dict_height, term)
+    /// The term's entry, checked against the segment (a list never has more documents than
+    /// the segment).
+    pub fn term(&self, term: &[u8]) -> Result<Option<TermInfo>, Corrupt> {
+        let info =
+            dictionary::lookup(self.store, self.desc.dict_root, self.desc.dict_height, term)?;
+        if let Some(info) = &info {
+            self.check_term(info)?;
+        }
+        Ok(info)
     }
 
-    pub fn postings(&self, info: &TermInfo) -> PostingCursor<'s, S> {
-        PostingCursor::new(self.store, info)
+    fn check_term(&self, info: &TermInfo) -> Result<(), Corrupt> {
+        if info.doc_freq > self.desc.num_docs {
+            return corrupt(format_args!(
+                "a term in {} documents of a segment of {}",
+                info.doc_freq, self.desc.num_docs
+            ));
+        }
+        Ok(())
     }
 
-    /// Every page the segment owns.
-    pub fn pages(&self) -> Vec<BlockNumber> {
-        let mut out = dictionary::pages(self.store, self.desc.dict_root, self.desc.dict_height);
+    pub fn postings(&self, info: &TermInfo) -> Result<PostingCursor<'s, S>, Corrupt> {
+        self.check_term(info)?;
+        PostingCursor::new(self.store, info, self.desc.num_docs)
+    }
+
+    /// Every page the segment owns, each once (they are freed with it: a page listed twice, or
+    /// owned by two structures, would be freed twice).
+    pub fn pages(&self) -> Result<Vec<BlockNumber>, Corrupt> {
+        let mut out = dictionary::pages(self.store, self.desc.dict_root, self.desc.dict_height)?;
         out.extend_from_slice(&self.directory);
-        let mut blkno = self.desc.directory_head;
-        while blkno != NO_BLOCK {
-            out.push(blkno);
-            blkno = PageHeader::read(&self.store.read(blkno), PageKind::DocumentDirectory).next;
+        self.chain_pages(
+            self.desc.directory_head,
+            PageKind::DocumentDirectory,
+            &mut out,
+        )?;
+        self.chain_pages(self.desc.postings_head, PageKind::Postings, &mut out)?;
+        let mut distinct = out.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != out.len() {
+            return corrupt("a segment's structures share pages");
         }
-        let mut blkno = self.desc.postings_head;
+        Ok(out)
+    }
+
+    fn chain_pages(
+        &self,
+        head: BlockNumber,
+        kind: PageKind,
+        out: &mut Vec<BlockNumber>,
+    ) -> Result<(), Corrupt> {
+        let mut chain = Chain::new("a segment's page chain", FIRST_DATA_BLOCK);
+        let mut blkno = head;
         while blkno != NO_BLOCK {
-            out.push(blkno);
-            blkno = PageHeader::read(&self.store.read(blkno), PageKind::Postings).next;
+            out.push(chain.visit(self.store, blkno)?);
+            blkno = PageHeader::read(&self.store.read(blkno), kind)
+                .in_block(blkno)?
+                .next;
         }
-        out
+        Ok(())
     }
 }
 
-fn read_doc_entry(r: &mut ByteReader) -> DocEntry {
-    let tid = Tid::read(r);
-    let flags = r.u16();
-    let length = r.f32();
-    DocEntry {
+/// A dictionary is absent exactly when the segment has no terms, and never taller than levels
+/// can be numbered.
+fn check_dictionary_desc(desc: &SegmentDesc) -> Result<(), Corrupt> {
+    let empty = desc.dict_root == NO_BLOCK;
+    let height_ok = if empty {
+        desc.dict_height == 0
+    } else {
+        (1..=dictionary::MAX_HEIGHT).contains(&desc.dict_height)
+    };
+    if !height_ok || empty != (desc.num_terms == 0) {
+        return corrupt(format_args!(
+            "a segment of {} terms has dictionary root {} and height {}",
+            desc.num_terms, desc.dict_root, desc.dict_height
+        ));
+    }
+    Ok(())
+}
+
+/// Appends a directory page's document pages to `out`; returns the next directory page.
+fn read_directory_page(page: &[u8], out: &mut Vec<BlockNumber>) -> Result<BlockNumber, Corrupt> {
+    let header = PageHeader::read(page, PageKind::DocumentDirectory)?;
+    header.check_count(4)?;
+    let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
+    for _ in 0..header.count {
+        out.push(r.u32()?);
+    }
+    Ok(header.next)
+}
+
+fn read_doc_entry(r: &mut ByteReader) -> Result<DocEntry, Corrupt> {
+    let tid = Tid::read(r)?;
+    let flags = r.u16()?;
+    let length = check_non_negative(r.f32()?, "a document's length")?;
+    Ok(DocEntry {
         tid,
         deleted: flags & DOC_DELETED != 0,
         length,
-        fingerprint: r.u64(),
-    }
+        fingerprint: r.u64()?,
+    })
+}
+
+/// The header of a document page, its count checked against the page.
+fn doc_page_header(page: &[u8]) -> Result<PageHeader, Corrupt> {
+    let header = PageHeader::read(page, PageKind::Documents)?;
+    header.check_count(DOC_ENTRY_SIZE)?;
+    Ok(header)
 }
 
 /// The entries of one document page.
-pub fn doc_entries(page: &[u8]) -> Vec<DocEntry> {
-    let header = PageHeader::read(page, PageKind::Documents);
+pub fn doc_entries(page: &[u8]) -> Result<Vec<DocEntry>, Corrupt> {
+    let header = doc_page_header(page)?;
     let mut r = ByteReader::new(&page[..header.used as usize], HEADER_SIZE);
     (0..header.count).map(|_| read_doc_entry(&mut r)).collect()
 }
 
 /// Marks documents of one document page dead; returns how many were newly marked.
-pub fn set_tombstones(page: &mut [u8], mut is_dead: impl FnMut(Tid) -> bool) -> usize {
-    let header = PageHeader::read(page, PageKind::Documents);
+pub fn set_tombstones(
+    page: &mut [u8],
+    mut is_dead: impl FnMut(Tid) -> bool,
+) -> Result<usize, Corrupt> {
+    let header = doc_page_header(page)?;
     let mut marked = 0;
     for slot in 0..header.count as usize {
         let at = HEADER_SIZE + slot * DOC_ENTRY_SIZE;
-        let mut r = ByteReader::new(page, at);
-        let entry = read_doc_entry(&mut r);
+        let entry = read_doc_entry(&mut ByteReader::new(page, at))?;
         if !entry.deleted && is_dead(entry.tid) {
             ByteWriter::new(page, at + Tid::SIZE).u16(DOC_DELETED);
             marked += 1;
         }
     }
-    marked
+    Ok(marked)
 }
 
 /// End of a posting list.
 pub const END: u32 = u32::MAX;
 
 /// Walks one posting list block by block; skips blocks by their headers without decoding them.
+///
+/// What it checks, so that a damaged list is an error and never a loop or a wrong index: the
+/// list has the blocks its document frequency gives (full ones, then the rest), every block's
+/// last document is inside the segment and above the previous block's, and decoding gives
+/// strictly increasing documents ending there. The walk therefore ends after at most
+/// ⌈doc_freq / 128⌉ blocks whatever the page links say.
 pub struct PostingCursor<'s, S: PageRead> {
     store: &'s S,
+    /// Documents of the segment: every document id is below it.
+    num_docs: u32,
+    doc_freq: u32,
     /// Blocks after the current one.
     remaining: u32,
     header: BlockHeader,
@@ -433,10 +536,12 @@ pub struct PostingCursor<'s, S: PageRead> {
 }
 
 impl<'s, S: PageRead> PostingCursor<'s, S> {
-    fn new(store: &'s S, info: &TermInfo) -> Self {
+    fn new(store: &'s S, info: &TermInfo, num_docs: u32) -> Result<Self, Corrupt> {
         let blocks = info.doc_freq.div_ceil(BLOCK_LEN as u32);
         let mut c = PostingCursor {
             store,
+            num_docs,
+            doc_freq: info.doc_freq,
             remaining: blocks,
             header: BlockHeader {
                 len: 0,
@@ -456,53 +561,88 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             doc: 0,
             blocks_loaded: 0,
         };
-        if c.load_next_header() {
-            c.decode();
+        if c.load_next_header()? {
+            c.decode()?;
             c.doc = c.block.docs[0];
         } else {
             c.doc = END;
         }
-        c
+        Ok(c)
     }
 
     /// Moves to the next block's header; false at the end of the list.
-    fn load_next_header(&mut self) -> bool {
+    fn load_next_header(&mut self) -> Result<bool, Corrupt> {
         if self.remaining == 0 {
-            return false;
+            return Ok(false);
         }
-        if self.data_at.0 != NO_BLOCK {
+        let first = self.data_at.0 == NO_BLOCK;
+        if !first {
             self.previous_last = self.header.last_doc;
         }
-        let (blkno, offset) = self.next_at;
-        if blkno == NO_BLOCK {
-            corrupt("posting list ends before its last block");
+        if self.next_at.0 != self.data_at.0 {
+            // A new page: long lists cross many.
+            crate::interrupt::check();
         }
+        let blkno = check_block(
+            self.store,
+            self.next_at.0,
+            FIRST_DATA_BLOCK,
+            "a posting list's next block",
+        )?;
         let page = self.store.read(blkno);
-        let page_header = PageHeader::read(&page, PageKind::Postings);
-        let mut r = ByteReader::new(&page[..page_header.used as usize], offset as usize);
-        self.header = BlockHeader::read(&mut r);
-        self.data_at = (blkno, r.pos as u16);
-        let end = offset as usize + self.header.encoded_size();
-        if end > page_header.used as usize {
-            corrupt("posting block runs past its page");
-        }
-        self.next_at = if end < page_header.used as usize {
-            (blkno, end as u16)
-        } else {
-            (page_header.next, HEADER_SIZE as u16)
-        };
+        let (header, data_at, next_at) = block_at(&page, blkno, self.next_at.1).in_block(blkno)?;
+        self.check_header(&header, first).in_block(blkno)?;
+        self.header = header;
+        self.data_at = (blkno, data_at);
+        self.next_at = next_at;
         self.remaining -= 1;
         self.blocks_loaded += 1;
         self.decoded = false;
         self.index = 0;
-        true
+        Ok(true)
     }
 
-    fn decode(&mut self) {
-        let page = self.store.read(self.data_at.0);
-        let mut r = ByteReader::new(&page, self.data_at.1 as usize);
-        decode_block(self.previous_last, &self.header, &mut r, &mut self.block);
+    /// A block's header agrees with its place in the list (`remaining` still counts it).
+    fn check_header(&self, header: &BlockHeader, first: bool) -> Result<(), Corrupt> {
+        let expected_len = if self.remaining > 1 {
+            BLOCK_LEN
+        } else {
+            let df = self.doc_freq as usize;
+            df - BLOCK_LEN * ((df - 1) / BLOCK_LEN)
+        };
+        if header.len != expected_len {
+            return corrupt(format_args!(
+                "posting block of {} postings where the list needs {expected_len}",
+                header.len
+            ));
+        }
+        let rising = first || header.last_doc > self.previous_last;
+        if header.last_doc >= self.num_docs || !rising {
+            return corrupt(format_args!(
+                "posting block ends at document {} (after {}, in a segment of {})",
+                header.last_doc, self.previous_last, self.num_docs
+            ));
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self) -> Result<(), Corrupt> {
+        let (blkno, at) = self.data_at;
+        let page = self.store.read(blkno);
+        let end = at as usize + self.header.payload_len;
+        let Some(bytes) = page.get(..end) else {
+            return Err(Corrupt::new("posting block runs past its page").in_block(blkno));
+        };
+        let mut r = ByteReader::new(bytes, at as usize);
+        decode_block(self.previous_last, &self.header, &mut r, &mut self.block).in_block(blkno)?;
+        if self.blocks_loaded > 1 && self.block.docs[0] <= self.previous_last {
+            return Err(
+                Corrupt::new("posting block starts at or below the previous block's end")
+                    .in_block(blkno),
+            );
+        }
         self.decoded = true;
+        Ok(())
     }
 
     #[inline]
@@ -527,51 +667,81 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         self.blocks_loaded
     }
 
-    pub fn next(&mut self) {
+    pub fn next(&mut self) -> Result<(), Corrupt> {
         if self.doc == END {
-            return;
+            return Ok(());
         }
         if self.index + 1 < self.header.len {
             self.index += 1;
             self.doc = self.block.docs[self.index];
-        } else if self.load_next_header() {
-            self.decode();
+        } else if self.load_next_header()? {
+            self.decode()?;
             self.doc = self.block.docs[0];
         } else {
             self.doc = END;
         }
+        Ok(())
     }
 
     /// Moves to the first document ≥ `target`.
-    pub fn advance(&mut self, target: u32) {
+    pub fn advance(&mut self, target: u32) -> Result<(), Corrupt> {
         if self.doc == END || (self.decoded && self.doc >= target) {
-            return;
+            return Ok(());
         }
-        if !self.seek_block(target) {
-            return;
+        if !self.seek_block(target)? {
+            return Ok(());
         }
         if !self.decoded {
-            self.decode();
+            self.decode()?;
             self.index = 0;
         }
+        // The block ends at `last_doc` ≥ `target` (decode checked it), so the point is inside.
         let docs = &self.block.docs[..self.header.len];
         self.index += docs[self.index..].partition_point(|&d| d < target);
         self.doc = docs[self.index];
+        Ok(())
     }
 
     /// Moves (by headers only) to the block that would hold `target` and returns its header;
     /// None when the list has no document ≥ `target`. The current document is then only known
     /// to be below the block's end: call [`Self::advance`] before reading it.
-    pub fn seek_block(&mut self, target: u32) -> bool {
+    pub fn seek_block(&mut self, target: u32) -> Result<bool, Corrupt> {
         if self.doc == END {
-            return false;
+            return Ok(false);
         }
         while self.header.last_doc < target {
-            if !self.load_next_header() {
+            if !self.load_next_header()? {
                 self.doc = END;
-                return false;
+                return Ok(false);
             }
         }
-        true
+        Ok(true)
     }
+}
+
+/// The header of the block at `offset` of posting page `blkno`, where its packed arrays start,
+/// and where the next block's header is.
+fn block_at(
+    page: &[u8],
+    blkno: BlockNumber,
+    offset: u16,
+) -> Result<(BlockHeader, u16, (BlockNumber, u16)), Corrupt> {
+    let page_header = PageHeader::read(page, PageKind::Postings)?;
+    let used = page_header.used as usize;
+    if (offset as usize) < HEADER_SIZE {
+        return corrupt(format_args!("posting block at offset {offset}"));
+    }
+    let mut r = ByteReader::new(&page[..used], offset as usize);
+    let header = BlockHeader::read(&mut r)?;
+    let data_at = r.pos as u16;
+    let end = offset as usize + header.encoded_size();
+    if end > used {
+        return corrupt("posting block runs past its page");
+    }
+    let next_at = if end < used {
+        (blkno, end as u16)
+    } else {
+        (page_header.next, HEADER_SIZE as u16)
+    };
+    Ok((header, data_at, next_at))
 }

@@ -237,7 +237,7 @@ impl Harness {
                     SegmentBuilder::new(self.options.weights_array()),
                 );
                 let segment = full.write(&self.store);
-                add_segment(&self.store, segment, &NoReaders);
+                add_segment(&self.store, segment, &NoReaders).unwrap();
                 assert!(
                     read_meta_segments(&self.store) <= 12,
                     "seed {}: segments stay logarithmic",
@@ -247,9 +247,9 @@ impl Harness {
         }
         if !builder.is_empty() {
             let segment = builder.write(&self.store);
-            add_segment(&self.store, segment, &NoReaders);
+            add_segment(&self.store, segment, &NoReaders).unwrap();
         }
-        merge_all(&self.store, &NoReaders);
+        merge_all(&self.store, &NoReaders).unwrap();
     }
 
     fn insert(&mut self) {
@@ -257,8 +257,8 @@ impl Harness {
         let id = self.next_id;
         self.next_id += 1;
         let analyzed = self.analyzed(&doc);
-        if append::insert(&self.store, tid_of(id), &analyzed) {
-            flush_append(&self.store, &NoReaders);
+        if append::insert(&self.store, tid_of(id), &analyzed).unwrap() {
+            flush_append(&self.store, &NoReaders).unwrap();
         }
         self.live.insert(id, doc);
     }
@@ -275,7 +275,8 @@ impl Harness {
         }
         let counts = bulk_delete(&self.store, &mut |tid| {
             dead.binary_search(&id_of(tid)).is_ok()
-        });
+        })
+        .unwrap();
         assert_eq!(counts.removed, dead.len() as u64, "seed {}", self.seed);
         assert_eq!(
             counts.remaining,
@@ -311,7 +312,7 @@ impl Harness {
             let query = text(&mut self.rng, 1, 8);
             for k in [1usize, 10, 1000] {
                 let want = reference.search(&query, Some(k), |_| true);
-                let got = search(&self.store, &mut self.analyzer, &query, k);
+                let got = search(&self.store, &mut self.analyzer, &query, k).unwrap();
                 let context = format!("seed {} query {q} {query:?} k {k}", self.seed);
                 assert_eq!(got.len(), want.len(), "{context}");
                 for (g, w) in got.iter().zip(&want) {
@@ -387,8 +388,8 @@ fn inserts_deletes_and_vacuum_match_reference() {
                     h.insert();
                 }
             }
-            vacuum_cleanup(&h.store, &NoReaders);
-            let meta = append::read_meta(&h.store);
+            vacuum_cleanup(&h.store, &NoReaders).unwrap();
+            let meta = append::read_meta(&h.store).unwrap();
             assert!(
                 meta.segments.iter().all(|s| !s.has_tombstones),
                 "seed {seed}"
@@ -403,8 +404,10 @@ fn inserts_deletes_and_vacuum_match_reference() {
         }
         // Deleting everything leaves an empty, working index.
         h.delete_some(100);
-        vacuum_cleanup(&h.store, &NoReaders);
-        assert!(search(&h.store, &mut h.analyzer, "rust test", 10).is_empty());
+        vacuum_cleanup(&h.store, &NoReaders).unwrap();
+        assert!(search(&h.store, &mut h.analyzer, "rust test", 10)
+            .unwrap()
+            .is_empty());
         h.insert();
         h.check(5);
     }
@@ -419,7 +422,7 @@ fn freed_pages_are_reused_so_the_index_does_not_grow_without_bound() {
             h.insert();
         }
         h.delete_some(40);
-        vacuum_cleanup(&h.store, &NoReaders);
+        vacuum_cleanup(&h.store, &NoReaders).unwrap();
     }
     let after_warmup = h.store.num_pages();
     for _ in 0..3 {
@@ -427,7 +430,7 @@ fn freed_pages_are_reused_so_the_index_does_not_grow_without_bound() {
             h.insert();
         }
         h.delete_some(40);
-        vacuum_cleanup(&h.store, &NoReaders);
+        vacuum_cleanup(&h.store, &NoReaders).unwrap();
     }
     // Same workload again: the relation may grow a little, not by another warm-up's worth.
     assert!(
@@ -456,13 +459,13 @@ fn documents_larger_than_a_page_are_split_and_found() {
     };
     let analyzed = h.analyzed(&doc);
     assert!(append::encode_parts(tid_of(id), &analyzed, 2600).len() > 1);
-    append::insert(&h.store, tid_of(id), &analyzed);
+    append::insert(&h.store, tid_of(id), &analyzed).unwrap();
     h.live.insert(id, doc);
-    let hits = search(&h.store, &mut h.analyzer, "uniq599 uniq3", 5);
+    let hits = search(&h.store, &mut h.analyzer, "uniq599 uniq3", 5).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(id_of(hits[0].tid), id);
     h.check(5);
-    vacuum_cleanup(&h.store, &NoReaders);
+    vacuum_cleanup(&h.store, &NoReaders).unwrap();
     h.check(5);
 }
 
@@ -474,13 +477,17 @@ fn all_documents_lists_live_tids_once() {
         h.insert();
     }
     h.delete_some(30);
-    let got: Vec<i64> = all_documents(&h.store).into_iter().map(id_of).collect();
+    let got: Vec<i64> = all_documents(&h.store)
+        .unwrap()
+        .into_iter()
+        .map(id_of)
+        .collect();
     let want: Vec<i64> = h.live.keys().copied().collect();
     assert_eq!(got, want);
 }
 
 fn read_meta_segments(store: &MemoryStore) -> usize {
-    append::read_meta(store).segments.len()
+    append::read_meta(store).unwrap().segments.len()
 }
 
 #[test]
@@ -490,7 +497,10 @@ fn cached_document_tables_see_new_tombstones() {
     let mut cache = DocTableCache::default();
     let query = "rust test docker python";
     let terms = query_terms(&mut h.analyzer, query);
-    let before = prepare(&h.store, &terms).top_k_cached(50, &mut cache);
+    let before = try_prepare(&h.store, &terms)
+        .unwrap()
+        .top_k_cached(50, &mut cache)
+        .unwrap();
     assert!(!before.is_empty());
     // Delete every document the query found; the cache must not bring them back.
     let dead: Vec<i64> = before.iter().map(|hit| id_of(hit.tid)).collect();
@@ -498,8 +508,12 @@ fn cached_document_tables_see_new_tombstones() {
     sorted.sort();
     bulk_delete(&h.store, &mut |tid| {
         sorted.binary_search(&id_of(tid)).is_ok()
-    });
-    let after = prepare(&h.store, &terms).top_k_cached(50, &mut cache);
+    })
+    .unwrap();
+    let after = try_prepare(&h.store, &terms)
+        .unwrap()
+        .top_k_cached(50, &mut cache)
+        .unwrap();
     assert!(
         after.iter().all(|hit| !dead.contains(&id_of(hit.tid))),
         "{after:?}"

@@ -4,7 +4,7 @@ use half::f16;
 
 use super::format::{centroids_per_page, list_refs_per_page, ListRef, Meta, Metric, META_BLOCK};
 use super::lists::{directory_slot, init_list_page, try_append, write_list_ref};
-use crate::layout::{corrupt, ByteWriter, PageHeader, PageKind, Tid, HEADER_SIZE};
+use crate::layout::{ByteWriter, PageHeader, PageKind, Tid, HEADER_SIZE};
 use crate::page::{BlockNumber, PageWrite, NO_BLOCK};
 
 /// Allocates `n` pages that must be consecutive (the index is being built in an empty relation).
@@ -19,9 +19,10 @@ fn allocate_run<S: PageWrite>(
         if i == 0 {
             start = block;
         } else if block != start + i {
-            corrupt(format_args!(
+            // A build writes into an empty relation (the extension checks it first).
+            panic!(
                 "key index pages {start}.. are not consecutive (got {block}): build into an empty relation"
-            ));
+            );
         }
         fill(i, &mut page);
     }
@@ -54,15 +55,14 @@ pub fn initialize<S: PageWrite>(
     let lists = (centroids.len() / dim_us) as u32;
     let page_size = store.page_size();
     let (meta_block, meta_page) = store.allocate();
-    if meta_block != META_BLOCK {
-        corrupt("the key index metapage must be the relation's first page");
-    }
+    assert_eq!(
+        meta_block, META_BLOCK,
+        "the key index metapage must be the relation's first page"
+    );
     drop(meta_page);
 
     let per_page = centroids_per_page(page_size, dim_us);
-    if per_page == 0 {
-        corrupt(format_args!("a {dim}-d centroid does not fit a page"));
-    }
+    assert!(per_page > 0, "a {dim}-d centroid does not fit a page");
     let centroid_pages = lists.div_ceil(per_page as u32);
     let centroid_start = allocate_run(store, centroid_pages, |i, page| {
         let first = i as usize * per_page;
@@ -157,26 +157,27 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
     }
 
     fn append_run<'k>(&mut self, list: u32, entries: impl Iterator<Item = (Tid, &'k [f16])>) {
-        if list >= self.meta.lists {
-            corrupt(format_args!("list {list} of {}", self.meta.lists));
-        }
+        assert!(list < self.meta.lists, "list {list} of {}", self.meta.lists);
         let l = list as usize;
         let mut current =
             (self.tails[l] != NO_BLOCK).then(|| (self.tails[l], self.store.write(self.tails[l])));
         for (tid, key) in entries {
+            // The pages are the build's own, written just now: a failed check is a bug.
             let appended = match &mut current {
-                Some((_, page)) => try_append(page, &self.meta, tid, key),
+                Some((_, page)) => try_append(page, &self.meta, tid, key).expect("a built page"),
                 None => false,
             };
             if !appended {
                 let (block, mut page) = self.store.allocate();
                 init_list_page(&mut page);
-                if !try_append(&mut page, &self.meta, tid, key) {
-                    corrupt("an empty key list page has no room for one entry");
-                }
+                assert!(
+                    try_append(&mut page, &self.meta, tid, key).expect("a new page"),
+                    "an empty key list page has no room for one entry"
+                );
                 match current.take() {
                     Some((_, mut previous)) => {
-                        let mut h = PageHeader::read(&previous, PageKind::KeyList);
+                        let mut h =
+                            PageHeader::read(&previous, PageKind::KeyList).expect("a built page");
                         h.next = block;
                         h.write(&mut previous);
                     }
@@ -191,10 +192,10 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
 
     /// Writes every list's head and tail into the directory.
     pub fn finish(self) -> Meta {
-        let page_size = self.store.page_size();
         let mut open: Option<(BlockNumber, S::WriteGuard<'s>)> = None;
         for list in 0..self.meta.lists {
-            let (block, offset) = directory_slot(&self.meta, page_size, list);
+            let (block, offset) =
+                directory_slot(self.store, &self.meta, list).expect("the build's own layout");
             if open.as_ref().map(|(b, _)| *b) != Some(block) {
                 drop(open.take());
                 open = Some((block, self.store.write(block)));

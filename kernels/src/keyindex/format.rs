@@ -4,9 +4,9 @@ use half::f16;
 
 use crate::kmeans::Geometry;
 use crate::layout::{
-    check_meta, corrupt, ByteReader, ByteWriter, MetaError, PageKind, HEADER_SIZE,
+    check_meta, corrupt, ByteReader, ByteWriter, Corrupt, MetaError, PageKind, HEADER_SIZE,
 };
-use crate::page::BlockNumber;
+use crate::page::{check_block, BlockNumber, PageRead, NO_BLOCK};
 use crate::vector;
 
 /// "PSKK": pg_skills keys.
@@ -83,33 +83,93 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The metapage's fields, each checked on its own (see [`Meta::load`] for the layout).
     pub fn read(page: &[u8]) -> Result<Meta, MetaError> {
         let mut r = ByteReader::new(page, 0);
         check_meta(&mut r, MAGIC, FORMAT_VERSION, INDEX_KIND)?;
-        let dim = r.u16();
-        let metric_byte = r.u8();
+        Self::read_body(&mut r).map_err(|e| MetaError::Corrupt(e.in_block(META_BLOCK)))
+    }
+
+    fn read_body(r: &mut ByteReader) -> Result<Meta, Corrupt> {
+        let dim = r.u16()?;
+        let metric_byte = r.u8()?;
         let Some(metric) = Metric::from_u8(metric_byte) else {
-            corrupt(format_args!("metapage names metric {metric_byte}"))
+            return corrupt(format_args!("metapage names metric {metric_byte}"));
         };
-        let _pad = r.u8();
+        let _pad = r.u8()?;
         let meta = Meta {
             dim,
             metric,
-            lists: r.u32(),
-            centroid_start: r.u32(),
-            centroid_pages: r.u32(),
-            directory_start: r.u32(),
-            directory_pages: r.u32(),
-            build_id: r.u64(),
-            trained_on: r.u64(),
+            lists: r.u32()?,
+            centroid_start: r.u32()?,
+            centroid_pages: r.u32()?,
+            directory_start: r.u32()?,
+            directory_pages: r.u32()?,
+            build_id: r.u64()?,
+            trained_on: r.u64()?,
         };
         if meta.dim == 0 || meta.lists == 0 {
-            corrupt(format_args!(
+            return corrupt(format_args!(
                 "metapage has {} dimensions and {} lists",
                 meta.dim, meta.lists
             ));
         }
         Ok(meta)
+    }
+
+    /// The metapage, read and checked against the relation: everything later reads is sized
+    /// by these fields (how many centroids to load, where lists may start).
+    pub fn load<S: PageRead>(store: &S) -> Result<Meta, MetaError> {
+        let meta = Meta::read(&store.read(META_BLOCK))?;
+        meta.check_layout(store.page_size(), store.num_blocks())
+            .map_err(|e| MetaError::Corrupt(e.in_block(META_BLOCK)))?;
+        Ok(meta)
+    }
+
+    /// The fixed areas are where a build puts them — centroid pages right after the metapage,
+    /// directory pages right after those, as many of each as the lists need — and inside the
+    /// relation. So `lists` and `dim` can size nothing larger than pages that exist.
+    pub fn check_layout(&self, page_size: usize, num_blocks: BlockNumber) -> Result<(), Corrupt> {
+        let dim = self.dim as usize;
+        let centroids = centroids_per_page(page_size, dim) as u64;
+        if centroids == 0 || entries_per_page(page_size, dim) == 0 {
+            return corrupt(format_args!("a {dim}-d key does not fit a page"));
+        }
+        let lists = self.lists as u64;
+        let directory = list_refs_per_page(page_size) as u64;
+        let expected = [
+            (self.centroid_start as u64, META_BLOCK as u64 + 1),
+            (self.centroid_pages as u64, lists.div_ceil(centroids)),
+            (
+                self.directory_start as u64,
+                self.centroid_start as u64 + self.centroid_pages as u64,
+            ),
+            (self.directory_pages as u64, lists.div_ceil(directory)),
+        ];
+        let end = self.directory_start as u64 + self.directory_pages as u64;
+        if expected.iter().any(|(got, want)| got != want) || end > num_blocks as u64 {
+            return corrupt(format_args!(
+                "metapage layout of {} lists does not match the index ({num_blocks} pages): {self:?}",
+                self.lists
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first block a list page can be (checked by [`Meta::check_layout`] to fit a u32).
+    pub fn first_list_block(&self) -> BlockNumber {
+        self.directory_start + self.directory_pages
+    }
+
+    /// `block` when it can be a list page: a list link never names the metapage, a centroid or
+    /// a directory page (an insert holds its directory page while it follows the list).
+    pub fn list_block<S: PageRead>(
+        &self,
+        store: &S,
+        block: BlockNumber,
+        what: &str,
+    ) -> Result<BlockNumber, Corrupt> {
+        check_block(store, block, self.first_list_block(), what)
     }
 
     pub fn write(&self, page: &mut [u8]) {
@@ -163,12 +223,33 @@ pub fn list_refs_per_page(page_size: usize) -> usize {
 }
 
 impl ListRef {
-    pub fn read(r: &mut ByteReader) -> ListRef {
-        ListRef {
-            head: r.u32(),
-            tail: r.u32(),
-            free: r.u32(),
+    pub fn read(r: &mut ByteReader) -> Result<ListRef, Corrupt> {
+        Ok(ListRef {
+            head: r.u32()?,
+            tail: r.u32()?,
+            free: r.u32()?,
+        })
+    }
+
+    /// Head, tail and free page are list pages or absent; an empty list has neither tail nor
+    /// free page.
+    pub fn check<S: PageRead>(&self, store: &S, meta: &Meta) -> Result<(), Corrupt> {
+        for (block, what) in [
+            (self.head, "a list's head"),
+            (self.tail, "a list's tail"),
+            (self.free, "a list's free page"),
+        ] {
+            if block != NO_BLOCK {
+                meta.list_block(store, block, what)?;
+            }
         }
+        if self.head == NO_BLOCK && (self.tail != NO_BLOCK || self.free != NO_BLOCK) {
+            return corrupt("an empty list has a tail or a free page");
+        }
+        if self.head != NO_BLOCK && self.tail == NO_BLOCK {
+            return corrupt("a list has a head and no tail");
+        }
+        Ok(())
     }
     pub fn write(&self, w: &mut ByteWriter) {
         w.u32(self.head);
@@ -197,6 +278,19 @@ mod tests {
         let mut page = vec![0u8; 8160];
         meta.write(&mut page);
         assert_eq!(Meta::read(&page), Ok(meta));
+        // 7 lists of 512-d: 3 centroid pages, 1 directory page, from block 1.
+        assert_eq!(meta.check_layout(8160, 5), Ok(()));
+        assert!(meta.check_layout(8160, 4).is_err(), "past the relation");
+        let far = Meta {
+            lists: u32::MAX,
+            ..meta
+        };
+        assert!(far.check_layout(8160, 1 << 20).is_err(), "absurd lists");
+        let huge = Meta { dim: 8000, ..meta };
+        assert!(
+            huge.check_layout(8160, 1 << 20).is_err(),
+            "a key larger than a page"
+        );
         page[HEADER_SIZE + 4] = 9; // the version
         let err = Meta::read(&page).unwrap_err();
         assert!(err.to_string().contains("REINDEX required"), "{err}");

@@ -25,6 +25,8 @@ pub mod search;
 pub mod vacuum;
 
 #[cfg(test)]
+mod corruption_tests;
+#[cfg(test)]
 mod tests;
 
 /// Lists a scan reads first unless told otherwise (the extension's `pg_skills.key_probes`

@@ -3,9 +3,11 @@
 use half::f16;
 
 use super::format::{centroids_per_page, Meta};
-use super::lists::{for_each_entry, list_header, list_ref};
+use super::lists::{for_each_entry, list_chain, list_header, list_ref};
 use crate::kmeans::{self, Geometry};
-use crate::layout::{corrupt, ByteReader, PageHeader, PageKind, Tid, HEADER_SIZE};
+use crate::layout::{
+    corrupt, ByteReader, Corrupt, InBlock, PageHeader, PageKind, Tid, HEADER_SIZE,
+};
 use crate::page::{PageRead, NO_BLOCK};
 
 /// The centroids of one build, in memory (they never change after it; a new build has a new
@@ -20,36 +22,45 @@ pub struct Centroids {
 }
 
 impl Centroids {
-    pub fn load<S: PageRead>(store: &S, meta: &Meta) -> Centroids {
+    /// Reads the centroid pages. The metapage's layout is checked first, so the allocation is
+    /// sized by pages that exist; every page but the last is full, and every value is finite
+    /// (k-means only makes finite ones; a NaN would make every distance NaN).
+    pub fn load<S: PageRead>(store: &S, meta: &Meta) -> Result<Centroids, Corrupt> {
+        meta.check_layout(store.page_size(), store.num_blocks())
+            .map_err(|e| e.in_block(super::format::META_BLOCK))?;
         let dim = meta.dim as usize;
         let per_page = centroids_per_page(store.page_size(), dim);
         let mut rows = Vec::with_capacity(meta.lists as usize * dim);
         for i in 0..meta.centroid_pages {
-            let page = store.read(meta.centroid_start + i);
-            let h = PageHeader::read(&page, PageKind::Centroids);
-            if h.count as usize > per_page {
-                corrupt(format_args!("centroid page claims {} centroids", h.count));
-            }
-            let mut r = ByteReader::new(&page, HEADER_SIZE);
-            for _ in 0..h.count as usize * dim {
-                rows.push(r.f32());
-            }
-        }
-        if rows.len() != meta.lists as usize * dim {
-            corrupt(format_args!(
-                "{} centroid values for {} lists of {dim}",
-                rows.len(),
-                meta.lists
-            ));
+            crate::interrupt::check();
+            let block = meta.centroid_start + i;
+            let page = store.read(block);
+            let before = i as usize * per_page;
+            let expected = per_page.min(meta.lists as usize - before);
+            read_centroid_page(&page, expected, dim, &mut rows).in_block(block)?;
         }
         let geometry = meta.metric.geometry();
-        Centroids {
+        Ok(Centroids {
             dim,
             geometry,
             half_norms: kmeans::half_squared_norms(&rows, dim, geometry),
             rows,
             build_id: meta.build_id,
+        })
+    }
+
+    /// `key` has the dimension of the index and of these centroids (a metapage or cached
+    /// centroids that disagree would make the distance kernels panic).
+    pub fn check_dim(&self, meta: &Meta, key: &[f16]) -> Result<(), Corrupt> {
+        if key.len() != meta.dim as usize || self.dim != key.len() {
+            return corrupt(format_args!(
+                "a {}-d key for a {}-d index with {}-d centroids",
+                key.len(),
+                meta.dim,
+                self.dim
+            ));
         }
+        Ok(())
     }
 
     fn widen(key: &[f16]) -> Vec<f32> {
@@ -65,6 +76,31 @@ impl Centroids {
     pub fn probe_order(&self, query: &[f16]) -> Vec<u32> {
         kmeans::ranked_with(&self.rows, &self.half_norms, &Self::widen(query))
     }
+}
+
+/// Appends the `centroids` centroids (`dim` values each) of one page to `rows`.
+fn read_centroid_page(
+    page: &[u8],
+    centroids: usize,
+    dim: usize,
+    rows: &mut Vec<f32>,
+) -> Result<(), Corrupt> {
+    let h = PageHeader::read(page, PageKind::Centroids)?;
+    if h.count as usize != centroids {
+        return corrupt(format_args!(
+            "centroid page holds {} centroids, not {centroids}",
+            h.count
+        ));
+    }
+    let mut r = ByteReader::new(&page[..h.used as usize], HEADER_SIZE);
+    for _ in 0..centroids * dim {
+        let x = r.f32()?;
+        if !x.is_finite() {
+            return corrupt(format_args!("a centroid value is {x}"));
+        }
+        rows.push(x);
+    }
+    Ok(())
 }
 
 /// An entry and its distance to the query.
@@ -87,35 +123,31 @@ pub fn scan_list<S: PageRead>(
     list: u32,
     query: &[f16],
     out: &mut Vec<Candidate>,
-) -> usize {
+) -> Result<usize, Corrupt> {
     if query.len() != meta.dim as usize {
-        corrupt(format_args!(
+        return corrupt(format_args!(
             "a {}-d query for a {}-d index",
             query.len(),
             meta.dim
         ));
     }
-    let mut block = list_ref(store, meta, list).head;
+    let mut chain = list_chain(meta);
+    let mut block = list_ref(store, meta, list)?.head;
     let mut scratch = Vec::new();
-    let mut pages = 0;
-    let mut guard = 0u64;
     while block != NO_BLOCK {
+        chain.visit(store, block)?;
         let page = store.read(block);
-        let next = list_header(&page, meta).next;
+        let next = list_header(&page, meta).in_block(block)?.next;
         for_each_entry(&page, meta, &mut scratch, |tid, key| {
             out.push(Candidate {
                 distance: meta.metric.distance(query, key),
                 tid,
             });
-        });
-        pages += 1;
+        })
+        .in_block(block)?;
         block = next;
-        guard += 1;
-        if guard > u32::MAX as u64 {
-            corrupt("a key list chain loops");
-        }
     }
-    pages
+    Ok(chain.len())
 }
 
 /// The `k` nearest entries over the `probes` nearest lists, nearest first.
@@ -126,12 +158,13 @@ pub fn search<S: PageRead>(
     query: &[f16],
     probes: usize,
     k: usize,
-) -> Vec<Candidate> {
+) -> Result<Vec<Candidate>, Corrupt> {
+    centroids.check_dim(meta, query)?;
     let mut out = Vec::new();
     for &list in centroids.probe_order(query).iter().take(probes.max(1)) {
-        scan_list(store, meta, list, query, &mut out);
+        scan_list(store, meta, list, query, &mut out)?;
     }
     out.sort_by(candidate_order);
     out.truncate(k);
-    out
+    Ok(out)
 }

@@ -43,7 +43,7 @@ impl Fixture {
         let store = MemoryStore::new(PAGE);
         let trained = kmeans::train(&points, DIM, lists, metric.geometry(), 8, seed);
         let meta = initialize(&store, DIM as u16, metric, &trained, seed, n as u64);
-        let centroids = Centroids::load(&store, &meta);
+        let centroids = Centroids::load(&store, &meta).unwrap();
         let keys = to_f16(&points);
         let assignment: Vec<u32> = keys
             .chunks_exact(DIM)
@@ -78,7 +78,7 @@ impl Fixture {
         for k in to_f16(&points).chunks_exact(DIM) {
             let t = tid(self.next);
             self.next += 1;
-            insert(&self.store, &self.meta, &self.centroids, t, k);
+            insert(&self.store, &self.meta, &self.centroids, t, k).unwrap();
             self.live.insert(t, k.to_vec());
         }
     }
@@ -110,7 +110,8 @@ impl Fixture {
         let mut hits = 0;
         for q in &queries {
             let truth: HashSet<Tid> = self.exact(q, 10).iter().map(|c| c.tid).collect();
-            let got = search::search(&self.store, &self.meta, &self.centroids, q, probes, 10);
+            let got =
+                search::search(&self.store, &self.meta, &self.centroids, q, probes, 10).unwrap();
             for c in &got {
                 let key = self
                     .live
@@ -156,7 +157,8 @@ fn recall_at_build_after_inserts_and_after_vacuum() {
                 dead.contains(&t)
             },
             || {},
-        );
+        )
+        .unwrap();
         assert_eq!(stats.removed as usize, dead.len());
         f.live.retain(|t, _| !dead.contains(t));
         assert_eq!(stats.remaining as usize, f.live.len());
@@ -178,7 +180,7 @@ fn vacuumed_space_is_reused_by_inserts() {
         .copied()
         .filter(|_| rng.below(2) == 0)
         .collect();
-    bulk_delete(&f.store, &f.meta, |t| dead.contains(&t), || {});
+    bulk_delete(&f.store, &f.meta, |t| dead.contains(&t), || {}).unwrap();
     f.live.retain(|t, _| !dead.contains(t));
     // Re-insert as many as were removed: the free pages VACUUM recorded take most of them.
     f.insert(dead.len());
@@ -197,7 +199,7 @@ fn an_index_built_empty_has_one_list_and_is_exact() {
     let store = MemoryStore::new(PAGE);
     let meta = initialize(&store, DIM as u16, Metric::L2, &[], 1, 0);
     assert_eq!(meta.lists, 1);
-    let centroids = Centroids::load(&store, &meta);
+    let centroids = Centroids::load(&store, &meta).unwrap();
     let mut f = Fixture {
         centres: centres(8, DIM, 3),
         store,

@@ -4,10 +4,10 @@ use std::collections::HashSet;
 
 use super::format::Meta;
 use super::lists::{
-    compact, directory_slot, for_each_entry, has_room, list_header, list_ref, read_list_ref,
-    write_list_ref,
+    compact, directory_slot, for_each_entry, has_room, list_chain, list_header, list_ref,
+    read_list_ref, write_list_ref,
 };
-use crate::layout::Tid;
+use crate::layout::{Corrupt, InBlock, Tid};
 use crate::page::{PageWrite, NO_BLOCK};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,13 +24,15 @@ pub fn bulk_delete<S: PageWrite>(
     meta: &Meta,
     mut is_dead: impl FnMut(Tid) -> bool,
     mut progress: impl FnMut(),
-) -> VacuumStats {
+) -> Result<VacuumStats, Corrupt> {
     let mut stats = VacuumStats::default();
     let mut scratch = Vec::new();
     for list in 0..meta.lists {
-        let mut block = list_ref(store, meta, list).head;
+        let mut chain = list_chain(meta);
+        let mut block = list_ref(store, meta, list)?.head;
         let mut first_with_room = NO_BLOCK;
         while block != NO_BLOCK {
+            chain.visit(store, block)?;
             progress();
             let mut dead = HashSet::new();
             let mut live = 0u64;
@@ -42,15 +44,16 @@ pub fn bulk_delete<S: PageWrite>(
                     } else {
                         live += 1;
                     }
-                });
-                list_header(&page, meta).next
+                })
+                .in_block(block)?;
+                list_header(&page, meta).in_block(block)?.next
             };
             let room = if dead.is_empty() {
-                has_room(&store.read(block), meta)
+                has_room(&store.read(block), meta).in_block(block)?
             } else {
                 let mut page = store.write(block);
-                stats.removed += compact(&mut page, meta, &dead) as u64;
-                has_room(&page, meta)
+                stats.removed += compact(&mut page, meta, &dead).in_block(block)? as u64;
+                has_room(&page, meta).in_block(block)?
             };
             if room && first_with_room == NO_BLOCK && next != NO_BLOCK {
                 first_with_room = block;
@@ -60,14 +63,14 @@ pub fn bulk_delete<S: PageWrite>(
             block = next;
         }
         if first_with_room != NO_BLOCK {
-            let (dir_block, offset) = directory_slot(meta, store.page_size(), list);
+            let (dir_block, offset) = directory_slot(store, meta, list)?;
             let mut dir = store.write(dir_block);
-            let mut r = read_list_ref(&dir, offset);
+            let mut r = read_list_ref(&dir, offset).in_block(dir_block)?;
             if r.free == NO_BLOCK {
                 r.free = first_with_room;
                 write_list_ref(&mut dir, offset, r);
             }
         }
     }
-    stats
+    Ok(stats)
 }

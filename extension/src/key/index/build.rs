@@ -21,7 +21,7 @@ use pg_skills_kernels::rng::SplitMix64;
 use super::{metric_of_index, options, tid_of};
 use crate::errors::raise;
 use crate::key::datatype::{Key, KEY_DIM};
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 const PHASE_SAMPLE: i64 = 2;
 const PHASE_TRAIN: i64 = 3;
@@ -179,7 +179,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     let batch_limit = (memory_budget() / 2 / (2 * KEY_DIM + 8)).max(1024);
     let mut assign = AssignState {
         loader: BulkLoader::new(&store, meta),
-        centroids: Centroids::load(&store, &meta),
+        centroids: Centroids::load(&store, &meta).or_raise(index),
         batch_limit,
         tids: Vec::new(),
         keys: Vec::new(),

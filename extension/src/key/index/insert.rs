@@ -7,7 +7,7 @@ use pg_skills_kernels::keyindex::insert;
 
 use super::{centroids, checked_meta, tid_of};
 use crate::key::datatype::Key;
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
@@ -35,6 +35,7 @@ pub unsafe extern "C-unwind" fn aminsert(
         &centroids,
         tid_of(&*heap_tid),
         key.values(&mut scratch),
-    );
+    )
+    .or_raise(index);
     false
 }

@@ -14,11 +14,13 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 
 use pg_skills_kernels::keyindex::format::META_BLOCK;
 use pg_skills_kernels::keyindex::{Centroids, Meta, Metric};
-use pg_skills_kernels::page::PageRead;
+use pg_skills_kernels::page::{Corrupt, PageRead};
 
 use crate::bm25::relation_name;
 pub use crate::bm25::tid_of;
 use crate::errors::raise;
+use crate::key::datatype::KEY_DIM;
+use crate::storage::{index_corrupted, OrRaise};
 
 mod build;
 mod cost;
@@ -88,9 +90,16 @@ pub fn metric_of_index(index: pg_sys::Relation) -> Metric {
     )
 }
 
-/// The metapage, or an ERROR naming REINDEX when the index has another on-disk format.
+/// The metapage, checked against the relation (see [`Meta::load`]) and against the key type:
+/// an ERROR naming REINDEX when the index has another on-disk format or is damaged.
 pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
-    crate::am::usable_meta(Meta::read(&store.read(META_BLOCK)), index)
+    let meta = Meta::load(store).or_raise(index);
+    if meta.dim as usize != KEY_DIM {
+        // Every skills.key has KEY_DIM dimensions; distance kernels need equal lengths.
+        let e = Corrupt::new(format_args!("metapage says {}-d keys", meta.dim));
+        index_corrupted(index, &e.in_block(META_BLOCK));
+    }
+    meta
 }
 
 thread_local! {
@@ -108,7 +117,7 @@ pub fn centroids<S: PageRead>(store: &S, index: pg_sys::Relation, meta: &Meta) -
                 return c.clone();
             }
         }
-        let c = Rc::new(Centroids::load(store, meta));
+        let c = Rc::new(Centroids::load(store, meta).or_raise(index));
         map.insert(file, c.clone());
         c
     })

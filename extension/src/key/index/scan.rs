@@ -19,7 +19,7 @@ use pg_skills_kernels::keyindex::Candidate;
 use super::{centroids, checked_meta, metric_of_strategy};
 use crate::errors::raise;
 use crate::key::datatype::Key;
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 #[derive(Default)]
 struct ScanState {
@@ -113,7 +113,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     let end = (state.next + probes).min(state.limit);
     let mut batch = Vec::new();
     for &list in &state.order[state.next..end] {
-        scan_list(&store, &meta, list, &state.query, &mut batch);
+        scan_list(&store, &meta, list, &state.query, &mut batch).or_raise(index);
         pg_sys::check_for_interrupts!();
     }
     state.next = end;

@@ -10,7 +10,7 @@ use pg_skills_kernels::keyindex::search::search;
 use super::{centroids, checked_meta, open_key_index};
 use crate::fmgr::{arg, v1_function};
 use crate::key::datatype::Key;
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 fn with_index<T>(oid: pg_sys::Oid, f: impl FnOnce(pg_sys::Relation) -> T) -> T {
     let rel = open_key_index(oid);
@@ -42,7 +42,7 @@ fn key_index_stats(
     let row = with_index(index, |rel| unsafe {
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
-        let lengths = list_lengths(&store, &meta);
+        let lengths = list_lengths(&store, &meta).or_raise(rel);
         let entries: u64 = lengths.iter().map(|l| l.0).sum();
         let pages: u64 = lengths.iter().map(|l| l.1).sum();
         (
@@ -91,8 +91,8 @@ unsafe fn recall(index: pg_sys::Oid, query: pg_sys::Datum, k: usize) -> f64 {
         let query = Key::from_datum(query).to_vec();
         let centroids = centroids(&store, rel, &meta);
         let probes = crate::guc::KEY_PROBES.get().max(1) as usize;
-        let approx = search(&store, &meta, &centroids, &query, probes, k);
-        let exact = search(&store, &meta, &centroids, &query, meta.lists as usize, k);
+        let approx = search(&store, &meta, &centroids, &query, probes, k).or_raise(rel);
+        let exact = search(&store, &meta, &centroids, &query, meta.lists as usize, k).or_raise(rel);
         if exact.is_empty() {
             return 1.0;
         }

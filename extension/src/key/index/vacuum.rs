@@ -6,7 +6,7 @@ use pgrx::prelude::*;
 use pg_skills_kernels::keyindex::bulk_delete;
 
 use super::checked_meta;
-use crate::storage::{BufferStore, Mode};
+use crate::storage::{BufferStore, Mode, OrRaise};
 
 use crate::am::stats_or_new;
 
@@ -31,7 +31,8 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
             callback(&mut ptr, callback_state)
         },
         || pg_sys::vacuum_delay_point(),
-    );
+    )
+    .or_raise(index);
     (*stats).tuples_removed += counts.removed as f64;
     (*stats).num_index_tuples = counts.remaining as f64;
     stats
