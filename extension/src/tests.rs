@@ -258,12 +258,55 @@ mod tests {
     }
 
     #[pg_test]
+    fn functions_shadowing_builtins_are_not_called() {
+        // With the extension's bm25 index (the path that calls array_length).
+        insert("rust-backtrace", "find where a rust program panicked", "RUST_BACKTRACE=1");
+        insert("cargo-test", "run rust tests", "cargo test");
+        // The issue's reproduction: exact argument types in public beat pg_catalog's
+        // polymorphic array_length and the casting numeric * float8.
+        exec(
+            "CREATE FUNCTION public.array_length(regclass[], integer) RETURNS integer \
+             LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the shadowing array_length ran'; END $$",
+        );
+        exec(
+            "CREATE FUNCTION public.trap_mul(numeric, double precision) RETURNS double precision \
+             LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the shadowing * ran'; END $$",
+        );
+        exec("CREATE OPERATOR public.* (LEFTARG = numeric, RIGHTARG = double precision, FUNCTION = public.trap_mul)");
+        exec("SET LOCAL search_path = public, pg_catalog");
+        assert_eq!(search("'rust'").len(), 2);
+        exec("SET LOCAL search_path = public");
+        assert_eq!(search("'rust'").len(), 2);
+        exec("SELECT skills.render_context('rust', method => 'bm25')");
+        exec("SELECT * FROM skills.build_graph()");
+        if have_model() {
+            // The embedder's progress update computes 0.7 * rate (numeric * float8).
+            exec("SELECT skills.embed_pending()");
+            insert("rust-fmt", "format rust code", "cargo fmt");
+            exec("SELECT skills.embed_pending()");
+            assert!(!search("'rust', method => 'semantic'").is_empty());
+        }
+        // The statements ran under their own path; the session's is as it was.
+        assert_eq!(one::<String>("SHOW search_path"), "public");
+        exec("DROP OPERATOR public.* (numeric, double precision)");
+        exec("DROP FUNCTION public.trap_mul(numeric, double precision)");
+        exec("DROP FUNCTION public.array_length(regclass[], integer)");
+    }
+
+    #[pg_test]
     fn degenerate_queries_return_nothing() {
         tiny_corpus();
         assert!(search("''").is_empty());
         assert!(search("'the and of'").is_empty());
         assert!(search("'  ?!  '").is_empty());
         let long = "rust ".repeat(20_000);
+        // Over pg_skills.max_query_size (32kB): refused; a superuser may raise the bound.
+        assert_refused(
+            &format!("PERFORM * FROM skills.search({}, method => 'bm25')", quote(&long)),
+            "program_limit_exceeded",
+            "the query text is 100000 bytes, over the limit of 32768 bytes",
+        );
+        exec("SET LOCAL pg_skills.max_query_size = '1MB'");
         assert_eq!(search(&quote(&long)).len(), 2);
     }
 
@@ -543,6 +586,7 @@ mod tests {
         assert!(search("''").is_empty());
         assert!(search("'the and of'").is_empty());
         let long = "rust docker ".repeat(9_000);
+        exec("SET LOCAL pg_skills.max_query_size = '1MB'");
         assert!(!search(&quote(&long)).is_empty());
         // ORDER BY with a query that matches nothing still returns every row (score 0).
         exec("SET LOCAL enable_seqscan = off");

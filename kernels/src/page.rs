@@ -430,6 +430,54 @@ pub(crate) mod fuzz {
             self.corrupt += other.corrupt;
         }
     }
+
+    /// Runs `exercise` on copies of `base` damaged at random, for each of `seeds` seeds: one
+    /// page at a time (six copies per page, 1-3 damaged bytes each: reaches the deep checks),
+    /// then every page at once (four copies), each batch under [`bounded`]'s deadline.
+    pub fn damage_every_page(
+        base: &super::MemoryStore,
+        seeds: u64,
+        exercise: fn(&super::MemoryStore) -> Tally,
+    ) -> Tally {
+        let pages = base.num_pages() as super::BlockNumber;
+        let mut total = Tally::default();
+        for seed in self::seeds(seeds) {
+            for blkno in 0..pages {
+                let base = base.clone();
+                total.add(bounded(format!("seed {seed} page {blkno}"), move || {
+                    let mut t = Tally::default();
+                    let mut rng = SplitMix64(seed * 1_000_003 + blkno as u64);
+                    for _ in 0..6 {
+                        let store = base.clone();
+                        let flips = 1 + rng.below(3);
+                        store.overwrite(blkno, |page| {
+                            (0..flips).for_each(|_| damage(page, &mut rng))
+                        });
+                        t.add(exercise(&store));
+                    }
+                    t
+                }));
+            }
+            let base = base.clone();
+            total.add(bounded(format!("seed {seed} every page"), move || {
+                let mut t = Tally::default();
+                let mut rng = SplitMix64(seed);
+                for _ in 0..4 {
+                    let store = base.clone();
+                    for blkno in 0..pages {
+                        store.overwrite(blkno, |page| damage(page, &mut rng));
+                    }
+                    t.add(exercise(&store));
+                }
+                t
+            }));
+        }
+        println!(
+            "{} operations answered, {} reported corruption",
+            total.ok, total.corrupt
+        );
+        total
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::maintenance::{add_segment, bulk_delete, flush_append, initialize, vac
 use super::search::hit_order;
 use super::segment::{SegmentBuilder, SegmentReader};
 use super::*;
-use crate::page::fuzz::{bounded, damage, seeds, Tally};
+use crate::page::fuzz::{bounded, damage_every_page, Tally};
 use crate::page::{BlockNumber, MemoryStore, NO_BLOCK};
 use crate::rng::SplitMix64;
 use crate::text::AnalyzerConfig;
@@ -149,46 +149,7 @@ fn the_intact_index_passes_every_operation() {
 
 #[test]
 fn random_damage_to_any_page_is_an_error_or_a_plausible_result() {
-    let base = built_index();
-    let pages = base.num_pages() as BlockNumber;
-    let mut total = Tally::default();
-    for seed in seeds(4) {
-        // One damaged page at a time (reaches deep checks), then every page at once.
-        for blkno in 0..pages {
-            let base = base.clone();
-            let what = format!("seed {seed} page {blkno}");
-            total.add(bounded(what, move || {
-                let mut t = Tally::default();
-                let mut rng = SplitMix64(seed * 1_000_003 + blkno as u64);
-                for _ in 0..6 {
-                    let store = base.clone();
-                    let flips = 1 + rng.below(3);
-                    store.overwrite(blkno, |page| {
-                        (0..flips).for_each(|_| damage(page, &mut rng))
-                    });
-                    t.add(exercise(&store));
-                }
-                t
-            }));
-        }
-        let base = base.clone();
-        total.add(bounded(format!("seed {seed} every page"), move || {
-            let mut t = Tally::default();
-            let mut rng = SplitMix64(seed);
-            for _ in 0..4 {
-                let store = base.clone();
-                for blkno in 0..pages {
-                    store.overwrite(blkno, |page| damage(page, &mut rng));
-                }
-                t.add(exercise(&store));
-            }
-            t
-        }));
-    }
-    println!(
-        "{} operations answered, {} reported corruption",
-        total.ok, total.corrupt
-    );
+    let total = damage_every_page(&built_index(), 4, exercise);
     assert!(total.corrupt > 0 && total.ok > 0);
 }
 

@@ -13,7 +13,7 @@ use super::search::{candidate_order, scan_list, search};
 use super::*;
 use crate::kmeans;
 use crate::layout::{Corrupt, MetaError, PageHeader, PageKind, Tid, HEADER_SIZE};
-use crate::page::fuzz::{bounded, damage, seeds, Tally};
+use crate::page::fuzz::{bounded, damage_every_page, Tally};
 use crate::page::{BlockNumber, MemoryStore, PageRead, NO_BLOCK};
 use crate::rng::SplitMix64;
 use crate::synthetic::{centres, clustered};
@@ -118,44 +118,7 @@ fn the_intact_index_passes_every_operation() {
 
 #[test]
 fn random_damage_to_any_page_is_an_error_or_a_plausible_result() {
-    let base = built_index();
-    let pages = base.num_pages() as BlockNumber;
-    let mut total = Tally::default();
-    for seed in seeds(3) {
-        for blkno in 0..pages {
-            let base = base.clone();
-            total.add(bounded(format!("seed {seed} page {blkno}"), move || {
-                let mut t = Tally::default();
-                let mut rng = SplitMix64(seed * 1_000_003 + blkno as u64);
-                for _ in 0..6 {
-                    let store = base.clone();
-                    let flips = 1 + rng.below(3);
-                    store.overwrite(blkno, |page| {
-                        (0..flips).for_each(|_| damage(page, &mut rng))
-                    });
-                    t.add(exercise(&store));
-                }
-                t
-            }));
-        }
-        let base = base.clone();
-        total.add(bounded(format!("seed {seed} every page"), move || {
-            let mut t = Tally::default();
-            let mut rng = SplitMix64(seed);
-            for _ in 0..4 {
-                let store = base.clone();
-                for blkno in 0..pages {
-                    store.overwrite(blkno, |page| damage(page, &mut rng));
-                }
-                t.add(exercise(&store));
-            }
-            t
-        }));
-    }
-    println!(
-        "{} operations answered, {} reported corruption",
-        total.ok, total.corrupt
-    );
+    let total = damage_every_page(&built_index(), 3, exercise);
     assert!(total.corrupt > 0 && total.ok > 0);
 }
 
