@@ -13,7 +13,8 @@
 //!
 //! Same input, same category: no randomness, no model.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 use std::fmt;
 use std::str::FromStr;
 
@@ -426,22 +427,45 @@ const DESCRIPTION_WEIGHT: u32 = 2;
 const INSTRUCTIONS_WEIGHT: u32 = 1;
 const INSTRUCTIONS_CAP: u32 = 3;
 
-fn words(text: &str) -> Vec<String> {
+/// The lowercased alphanumeric words of `text`, lazily (a document may be megabytes).
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
-        .collect()
 }
 
-/// How often each cue (word or two-word phrase) occurs in `text`.
+/// Every cue of every category: the only words and phrases [`scores`] looks up.
+fn all_cues() -> &'static HashSet<&'static str> {
+    static CUES: OnceLock<HashSet<&'static str>> = OnceLock::new();
+    CUES.get_or_init(|| {
+        Category::ALL
+            .iter()
+            .flat_map(|c| c.cues().iter().copied())
+            .collect()
+    })
+}
+
+/// How often each cue (word or two-word phrase) occurs in `text`. Only cues are counted, so
+/// memory stays small however long the text is.
 fn cue_counts(text: &str) -> HashMap<String, u32> {
-    let w = words(text);
-    let mut counts = HashMap::new();
-    for (i, word) in w.iter().enumerate() {
-        *counts.entry(word.clone()).or_insert(0) += 1;
-        if let Some(next) = w.get(i + 1) {
-            *counts.entry(format!("{word} {next}")).or_insert(0) += 1;
+    let cues = all_cues();
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut previous: Option<String> = None;
+    let mut phrase = String::new();
+    for word in words(text) {
+        if cues.contains(word.as_str()) {
+            *counts.entry(word.clone()).or_insert(0) += 1;
         }
+        if let Some(prev) = &previous {
+            phrase.clear();
+            phrase.push_str(prev);
+            phrase.push(' ');
+            phrase.push_str(&word);
+            if cues.contains(phrase.as_str()) {
+                *counts.entry(phrase.clone()).or_insert(0) += 1;
+            }
+        }
+        previous = Some(word);
     }
     counts
 }
@@ -498,6 +522,35 @@ pub fn classify(name: &str, description: &str, instructions: &str) -> Category {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counting only cues gives every cue the count a count of all words and phrases gives.
+    #[test]
+    fn cue_counts_match_counting_everything() {
+        let everything = |text: &str| -> HashMap<String, u32> {
+            let w: Vec<String> = words(text).collect();
+            let mut counts = HashMap::new();
+            for (i, word) in w.iter().enumerate() {
+                *counts.entry(word.clone()).or_insert(0) += 1;
+                if let Some(next) = w.get(i + 1) {
+                    *counts.entry(format!("{word} {next}")).or_insert(0) += 1;
+                }
+            }
+            counts
+        };
+        let texts = [
+            "Write pytest fixtures for unit tests; run the unit tests in CI.",
+            "Deploy to Kubernetes with a Dockerfile, a health check and a GitHub Actions workflow",
+            "Find the commit that broke the build with git bisect, then read the stack trace.",
+            "",
+        ];
+        for text in texts {
+            let all = everything(text);
+            let cues = cue_counts(text);
+            for cue in all_cues() {
+                assert_eq!(cues.get(*cue), all.get(*cue), "{cue:?} in {text:?}");
+            }
+        }
+    }
 
     #[test]
     fn clear_cases() {

@@ -8,15 +8,31 @@ use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
 
 use crate::guc;
 
+/// ERROR 54000 for texts larger than any document can be (`pg_skills.max_document_size` at
+/// its most): these functions are callable with any text, and hashing, classifying or analysing
+/// a gigabyte would hold the backend (and its memory) for many seconds.
+fn check_text_size(bytes: usize) {
+    let limit = guc::MAX_DOCUMENT_SIZE_LIMIT_KB as usize * 1024;
+    if bytes > limit {
+        crate::errors::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("the text is {bytes} bytes, over the {limit} bytes a skill document can have"),
+            Some("These functions take skill documents (pg_skills.max_document_size is at most 100MB)."),
+        );
+    }
+}
+
 /// sha256 (hex) of the normalised content; the identity of a skill.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn content_hash(name: &str, description: &str, instructions: &str) -> String {
+    check_text_size(name.len() + description.len() + instructions.len());
     skill::content_hash(name, description, instructions)
 }
 
 /// LLM prompt tokens (o200k_base) of the document as a prompt receives it.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
+    check_text_size(name.len() + description.len() + instructions.len());
     let n = skill::token_count_with(name, description, instructions, &mut || {
         pgrx::pg_sys::check_for_interrupts!();
     });
@@ -26,6 +42,7 @@ fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
 /// LLM prompt tokens (o200k_base) of any text, e.g. a block from `skills.render_context`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn prompt_tokens(text: &str) -> i32 {
+    check_text_size(text.len());
     let n = skill::prompt_tokens_with(text, &mut || {
         pgrx::pg_sys::check_for_interrupts!();
     });
@@ -35,6 +52,7 @@ fn prompt_tokens(text: &str) -> i32 {
 /// The classifier's label; `skills.classify` casts it to `skills.category`.
 #[pg_extern(immutable, parallel_safe, strict)]
 fn classify_label(name: &str, description: &str, instructions: &str) -> &'static str {
+    check_text_size(name.len() + description.len() + instructions.len());
     category::classify(name, description, instructions).as_str()
 }
 
@@ -48,6 +66,7 @@ fn max_document_bytes() -> i64 {
 /// `pg_skills.bm25_stemming` is on): what a query is matched with.
 #[pg_extern(stable, parallel_safe, strict)]
 fn tokenize(input: &str) -> Vec<String> {
+    check_text_size(input.len());
     Analyzer::new(AnalyzerConfig {
         stemming: guc::BM25_STEMMING.get(),
     })

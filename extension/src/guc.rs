@@ -4,6 +4,8 @@ use std::ffi::CString;
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
+/// The most `pg_skills.max_document_size` can be set to, in kB: no document is larger.
+pub const MAX_DOCUMENT_SIZE_LIMIT_KB: i32 = 100 * 1024;
 /// Largest skill document (name + description + instructions), in kB.
 pub static MAX_DOCUMENT_SIZE_KB: GucSetting<i32> =
     GucSetting::<i32>::new(pg_skills_corpus::readers::DEFAULT_MAX_DOCUMENT_KB);
@@ -168,7 +170,7 @@ pub fn init() {
         c"Inserts and updates of larger documents fail with SQLSTATE 54000; skills-load skips them.",
         &MAX_DOCUMENT_SIZE_KB,
         1,
-        100 * 1024,
+        MAX_DOCUMENT_SIZE_LIMIT_KB,
         // It bounds the memory and time each insert may take: only a superuser raises it.
         GucContext::Suset,
         GucFlags::UNIT_KB,

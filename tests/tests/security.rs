@@ -461,6 +461,16 @@ fn bounds_cannot_be_raised_by_set() {
         "54000",
     );
     alice.assert_refused("SELECT skills.query_key(repeat('q', 40000))", "54000");
+    // The document functions take any text, but none larger than a document can be.
+    for f in [
+        "skills.classify_label('n', '', repeat('word ', 25000000))",
+        "skills.content_hash('n', '', repeat('word ', 25000000))",
+        "skills.token_count('n', '', repeat('word ', 25000000))",
+        "skills.prompt_tokens(repeat('word ', 25000000))",
+        "skills.tokenize(repeat('word ', 25000000))",
+    ] {
+        alice.assert_refused(&format!("SELECT {f}"), "54000");
+    }
     let supers = alice.count("SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname <> 'postgres'");
     assert_eq!(supers, 0);
 }
