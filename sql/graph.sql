@@ -65,8 +65,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Keys are unit vectors: q·k is a cosine. Defaults: 0.7, 0.95, 8.';
     END IF;
-    -- One build at a time (the embedder worker rebuilds after draining its queue).
-    PERFORM pg_advisory_xact_lock(7378267401);
+    -- One build at a time (the embedder worker rebuilds after draining its queue). The lock is
+    -- graph_state's row, which every statement changing skills.edge updates (its trigger): a
+    -- build and a concurrent edge change then take the same lock first, and cannot deadlock
+    -- (an advisory lock taken before the edge deletion's own row lock could).
+    PERFORM FROM skills.graph_state FOR UPDATE;
     DELETE FROM skills.edge AS e WHERE e.provenance LIKE 'auto:%';
     INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
     SELECT a.skill_id, n.skill_id,

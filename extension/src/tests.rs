@@ -278,7 +278,6 @@ mod tests {
         exec("SET LOCAL search_path = public");
         assert_eq!(search("'rust'").len(), 2);
         exec("SELECT skills.render_context('rust', method => 'bm25')");
-        exec("SELECT * FROM skills.build_graph()");
         if have_model() {
             // The embedder's progress update computes 0.7 * rate (numeric * float8).
             exec("SELECT skills.embed_pending()");
