@@ -155,7 +155,9 @@ impl Cluster {
                 .arg(self.data())
                 .arg("-l")
                 .arg(&log)
-                .args(["-w", "-t", "120", "-o"])
+                // pg_ctl once gave up at 120 s on recovery after a crash while another test loaded
+                // both cores.
+                .args(["-w", "-t", "300", "-o"])
                 .arg(format!("-p {} -k {}", self.port, self.dir.display()))
                 .arg("start")
                 .output(),

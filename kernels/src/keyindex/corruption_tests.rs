@@ -15,7 +15,6 @@ use crate::kmeans;
 use crate::layout::{Corrupt, MetaError, PageHeader, PageKind, Tid, HEADER_SIZE};
 use crate::page::fuzz::{bounded, damage_every_page, Tally};
 use crate::page::{BlockNumber, MemoryStore, PageRead, NO_BLOCK};
-use crate::rng::SplitMix64;
 use crate::synthetic::{centres, clustered};
 
 const DIM: usize = 512;
