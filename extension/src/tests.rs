@@ -1429,11 +1429,12 @@ mod tests {
         let ids = demo_skills();
         exec("SELECT skills.embed_pending()");
         // A stand-in cross-encoder with an opinion of its own: rust-backtrace is relevant to
-        // everything, the others by a fixed small score.
+        // everything, the others by a small score (1e-4 per id: below 1 for any id tests reach,
+        // whatever other tests inserted before).
         exec(
             "CREATE FUNCTION public.stub_cross_encoder(query text, skill_ids bigint[]) \
              RETURNS TABLE (skill_id bigint, score double precision) LANGUAGE sql STABLE AS $$ \
-                 SELECT s.id, CASE WHEN s.name = 'rust-backtrace' THEN 1.0 ELSE 0.01 * s.id END \
+                 SELECT s.id, CASE WHEN s.name = 'rust-backtrace' THEN 1.0 ELSE 0.0001 * s.id END \
                  FROM skills.skill AS s WHERE s.id = ANY (skill_ids) $$",
         );
         exec(
@@ -1451,7 +1452,7 @@ mod tests {
         ));
         assert_eq!(reranked[0], (ids[2], 1.0), "{reranked:?}");
         for (id, r) in &reranked[1..] {
-            assert!((r - 0.01 * *id as f64).abs() < 1e-6, "{reranked:?}");
+            assert!((r - 0.0001 * *id as f64).abs() < 1e-6, "{reranked:?}");
         }
         // A fit uses it for r and records it; readings of the round keep using it.
         record_bisect_runs(&ids);
