@@ -28,21 +28,9 @@ pub fn register(worker_type: &str, function: &str) {
 /// or `ALTER ROLE` gave it.
 pub fn connect(database: &str) {
     pgrx::bgworkers::BackgroundWorker::connect_worker_to_spi(Some(database), None);
+    // GUC_ACTION_SET at session level outlives the transaction, as `SET` does.
     pgrx::bgworkers::BackgroundWorker::transaction(|| {
-        // SAFETY: a GUC change on the worker's thread inside a transaction; GUC_ACTION_SET at
-        // session level outlives the transaction, as `SET` does.
-        unsafe {
-            pg_sys::set_config_option(
-                c"search_path".as_ptr(),
-                crate::spi::FIXED_SEARCH_PATH.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SET,
-                true,
-                0,
-                false,
-            );
-        }
+        crate::spi::set_fixed_search_path(pg_sys::GucAction::GUC_ACTION_SET)
     });
 }
 

@@ -30,20 +30,27 @@ impl FixedSearchPath {
         // SAFETY: GUC calls on the backend's thread inside a transaction (SPI needs one too).
         // NewGUCNestLevel opens a level that AtEOXact_GUC closes; an ERROR in between is
         // handled by the (sub)transaction abort, which closes every level opened since.
-        unsafe {
-            let nest_level = pg_sys::NewGUCNestLevel();
-            pg_sys::set_config_option(
-                c"search_path".as_ptr(),
-                FIXED_SEARCH_PATH.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-            FixedSearchPath { nest_level }
-        }
+        let nest_level = unsafe { pg_sys::NewGUCNestLevel() };
+        set_fixed_search_path(pg_sys::GucAction::GUC_ACTION_SAVE);
+        FixedSearchPath { nest_level }
+    }
+}
+
+/// Sets search_path to [`FIXED_SEARCH_PATH`]: `GUC_ACTION_SAVE` for the current GUC nest level
+/// only, `GUC_ACTION_SET` for the session (what a background worker does once).
+pub fn set_fixed_search_path(action: pg_sys::GucAction::Type) {
+    // SAFETY: a GUC change on the backend's thread inside a transaction.
+    unsafe {
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            FIXED_SEARCH_PATH.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            action,
+            true,
+            0,
+            false,
+        );
     }
 }
 

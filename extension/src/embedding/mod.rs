@@ -85,12 +85,14 @@ static ENCODER_THREADS: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::
 pub static IS_EMBEDDER_WORKER: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// From now on, runs this process's encoder on `threads` threads (0: one per core); a pool is
-/// built only when the number changes.
-pub fn set_encoder_threads(threads: usize) {
+/// The pool this process's encoder runs on, of `threads` threads (0: one per core); a pool is
+/// built only when the number changes (None: it could not be built, rayon's global pool).
+pub fn encoder_pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
     let mut current = ENCODER_THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    if current.as_ref().is_some_and(|(t, _)| *t == threads) {
-        return;
+    if let Some((t, pool)) = current.as_ref() {
+        if *t == threads {
+            return Some(pool.clone());
+        }
     }
     let built = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -105,18 +107,21 @@ pub fn set_encoder_threads(threads: usize) {
             None
         }
     };
+    current.as_ref().map(|(_, pool)| pool.clone())
+}
+
+/// The encoder threads this process is set to have.
+pub fn configured_encoder_threads() -> usize {
+    if IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed) {
+        guc::EMBEDDER_THREADS.get().max(0) as usize
+    } else {
+        guc::ENCODER_THREADS.get().max(1) as usize
+    }
 }
 
 /// Embeds `texts` with interrupt checks between batches.
 pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
-    if !IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed) {
-        set_encoder_threads(guc::ENCODER_THREADS.get().max(1) as usize);
-    }
-    let pool = ENCODER_THREADS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|(_, pool)| pool.clone());
+    let pool = encoder_pool(configured_encoder_threads());
     encoder.embed_on(
         pool.as_deref(),
         texts,
@@ -238,7 +243,7 @@ fn compress(embedding: Vec<f32>) -> Vec<f32> {
 
 /// The first column of the first row of a read-only query (None: no row or NULL).
 ///
-/// `crate::spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
+/// `Spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
 /// ("cannot assign TransactionIds during recovery"): everything a search runs reads this way.
 pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
     sql: &str,

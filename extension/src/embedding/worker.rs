@@ -39,7 +39,8 @@ pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        super::set_encoder_threads(guc::EMBEDDER_THREADS.get().max(0) as usize);
+        // Resized here too, so a reload takes effect while the queue is empty.
+        super::encoder_pool(super::configured_encoder_threads());
         let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
         wait = match BackgroundWorker::transaction(|| {
             crate::bgworker::as_worker_role(WORKER_TYPE, one_round).unwrap_or(Round::Failed)

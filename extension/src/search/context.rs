@@ -87,21 +87,28 @@ fn served_sections(
 ) -> Vec<Section> {
     let limits = limits(k, token_budget, min_score);
     let mut req = Request::new(query, categories, method, 1.0, 1.0);
-    let mut docs: HashMap<i64, Document> = HashMap::new();
-    let mut rendered: HashMap<i64, String> = HashMap::new();
+    let mut sections: HashMap<i64, Section> = HashMap::new();
     let rows = served(&mut req, limits, |ranked, _| {
         let missing: Vec<i64> = ranked
             .iter()
             .map(|r| r.id)
-            .filter(|id| !rendered.contains_key(id))
+            .filter(|id| !sections.contains_key(id))
             .collect();
         for (id, d) in documents(&missing) {
-            rendered.insert(id, section(id, &d));
-            docs.insert(id, d);
+            let text = section(id, &d);
+            sections.insert(
+                id,
+                Section {
+                    id,
+                    version: d.version,
+                    content_hash: d.content_hash,
+                    text,
+                },
+            );
         }
         ranked
             .iter()
-            .map(|r| rendered.get(&r.id).map_or(0, |s| prompt_tokens(s) as u64))
+            .map(|r| sections.get(&r.id).map_or(0, |s| prompt_tokens(&s.text) as u64))
             .collect()
     });
     let mut kept = rows.len();
@@ -111,7 +118,7 @@ fn served_sections(
         let joined = |n: usize| -> String {
             rows[..n]
                 .iter()
-                .map(|(r, _)| rendered[&r.id].as_str())
+                .map(|(r, _)| sections[&r.id].text.as_str())
                 .collect::<String>()
         };
         while kept > 0 && prompt_tokens(joined(kept).trim_end()) as u64 > budget {
@@ -120,12 +127,7 @@ fn served_sections(
     }
     rows[..kept]
         .iter()
-        .map(|(r, _)| Section {
-            id: r.id,
-            version: docs[&r.id].version,
-            content_hash: docs[&r.id].content_hash.clone(),
-            text: rendered[&r.id].clone(),
-        })
+        .map(|(r, _)| sections.remove(&r.id).expect("every served row was rendered"))
         .collect()
 }
 

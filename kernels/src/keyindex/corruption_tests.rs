@@ -10,6 +10,7 @@ use half::f16;
 use super::format::{ListRef, META_BLOCK};
 use super::lists::{directory_slot, list_lengths, list_ref};
 use super::search::{candidate_order, scan_list, search};
+use super::tests::{tid, to_f16, DIM, PAGE};
 use super::*;
 use crate::kmeans;
 use crate::layout::{Corrupt, MetaError, PageHeader, PageKind, Tid, HEADER_SIZE};
@@ -17,22 +18,13 @@ use crate::page::fuzz::{bounded, damage_every_page, Tally};
 use crate::page::{BlockNumber, MemoryStore, PageRead, NO_BLOCK};
 use crate::synthetic::{centres, clustered};
 
-const DIM: usize = 512;
-const PAGE: usize = 8160;
 const LISTS: usize = 6;
-
-fn tid(i: u32) -> Tid {
-    Tid {
-        block: i / 100,
-        offset: (i % 100 + 1) as u16,
-    }
-}
 
 fn keys(n: usize, seed: u64) -> Vec<Vec<f16>> {
     let c = centres(8, DIM, 5);
-    clustered(&c, DIM, n, seed)
+    to_f16(&clustered(&c, DIM, n, seed))
         .chunks_exact(DIM)
-        .map(|k| k.iter().map(|&x| f16::from_f32(x)).collect())
+        .map(<[f16]>::to_vec)
         .collect()
 }
 

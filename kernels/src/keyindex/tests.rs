@@ -11,17 +11,17 @@ use crate::page::MemoryStore;
 use crate::rng::SplitMix64;
 use crate::synthetic::{centres, clustered};
 
-const DIM: usize = 512;
-const PAGE: usize = 8160;
+pub(super) const DIM: usize = 512;
+pub(super) const PAGE: usize = 8160;
 
-fn tid(i: u32) -> Tid {
+pub(super) fn tid(i: u32) -> Tid {
     Tid {
         block: i / 100,
         offset: (i % 100 + 1) as u16,
     }
 }
 
-fn to_f16(rows: &[f32]) -> Vec<f16> {
+pub(super) fn to_f16(rows: &[f32]) -> Vec<f16> {
     rows.iter().map(|&x| f16::from_f32(x)).collect()
 }
 
