@@ -235,6 +235,35 @@ impl ConnInfo {
     }
 }
 
+/// The server option that makes a client's own statements resolve names from pg_catalog,
+/// whatever search_path the database or role sets (a planted function or operator is then
+/// never called by them).
+pub const FIXED_SEARCH_PATH_OPTION: &str = "-c search_path=pg_catalog,pg_temp";
+
+/// Appends server `options` (`-c name=value ...`) to those the connection string gave.
+pub fn add_server_options(config: &mut tokio_postgres::Config, options: &str) {
+    let all = match config.get_options() {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing} {options}"),
+        _ => options.to_string(),
+    };
+    config.options(&all);
+}
+
+/// An error and the chain of causes under it, on one line (a TLS failure says what failed only
+/// in a cause).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// What to do about a failed connection, when TLS is why.
 pub fn tls_hint(error: &str, tls: &Tls) -> Option<String> {
     if error.contains("server does not support TLS") {

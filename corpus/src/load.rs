@@ -27,20 +27,11 @@ pub struct ApplyCounts {
 /// redacted connection string, never with its password.
 pub fn connect(dsn: &str) -> Result<Client, String> {
     let shown = conninfo::redact(dsn);
-    let info = conninfo::ConnInfo::parse(dsn, |k| std::env::var(k).ok())
+    let mut info = conninfo::ConnInfo::parse(dsn, |k| std::env::var(k).ok())
         .map_err(|e| format!("{e} (in {shown:?})"))?;
     let connector = info.tls.connector()?;
-    let mut config = postgres::Config::from(info.config);
-    // Our statements resolve names from pg_catalog whatever search_path the database or role
-    // sets (a planted function or operator is never called by the loader).
-    let options = match config.get_options() {
-        Some(existing) if !existing.trim().is_empty() => {
-            format!("{existing} -c search_path=pg_catalog,pg_temp")
-        }
-        _ => "-c search_path=pg_catalog,pg_temp".to_string(),
-    };
-    config.options(&options);
-    config
+    conninfo::add_server_options(&mut info.config, conninfo::FIXED_SEARCH_PATH_OPTION);
+    postgres::Config::from(info.config)
         .connect(connector)
         .map_err(|e| {
             let text = describe(&e);
@@ -117,18 +108,7 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
             }
             s
         }
-        None => {
-            let mut text = e.to_string();
-            let mut cause = e.source();
-            while let Some(c) = cause {
-                let more = c.to_string();
-                if !text.contains(&more) {
-                    text = format!("{text}: {more}");
-                }
-                cause = c.source();
-            }
-            text
-        }
+        None => conninfo::error_chain(e),
     }
 }
 

@@ -82,20 +82,6 @@ impl fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
-/// An error and the chain of causes under it, on one line.
-fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = s.source();
-    }
-    text
-}
-
 pub struct Database {
     pool: Pool,
     /// host, port, database, user and sslmode (never the password), for messages.
@@ -119,17 +105,12 @@ impl Database {
         if config.get_application_name().is_none() {
             config.application_name("skills-mcp");
         }
-        // The server's own search_path for our statements: a function or operator that a role
-        // planted in a schema of the database's or role's search_path is never called by them.
-        let timeout = format!(
-            "-c statement_timeout={} -c search_path=pg_catalog,pg_temp",
-            settings.statement_timeout.as_millis()
+        let options = format!(
+            "-c statement_timeout={} {}",
+            settings.statement_timeout.as_millis(),
+            conninfo::FIXED_SEARCH_PATH_OPTION
         );
-        let options = match config.get_options() {
-            Some(existing) if !existing.trim().is_empty() => format!("{existing} {timeout}"),
-            _ => timeout,
-        };
-        config.options(&options);
+        conninfo::add_server_options(&mut config, &options);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
         let target = describe_target(&config, &tls);
@@ -172,7 +153,7 @@ impl Database {
                 self.target
             )),
             PoolError::Backend(e) => {
-                let text = describe(&e);
+                let text = conninfo::error_chain(&e);
                 let hint = conninfo::tls_hint(&text, &self.tls).unwrap_or_else(|| {
                     "is PostgreSQL running there? (set the address with --dsn or PG_SKILLS_DSN)"
                         .into()
@@ -251,10 +232,10 @@ impl Database {
             return ToolError::Unreachable(format!(
                 "lost the connection to {}: {}",
                 self.target,
-                describe(e)
+                conninfo::error_chain(e)
             ));
         }
-        ToolError::Unreachable(format!("{}: {}", self.target, describe(e)))
+        ToolError::Unreachable(format!("{}: {}", self.target, conninfo::error_chain(e)))
     }
 }
 
