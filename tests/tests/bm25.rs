@@ -116,10 +116,12 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
     assert!(errors.is_empty(), "seed {seed}: {errors:?}");
     // VACUUM removes a dead row only once no snapshot can see it (an autovacuum ANALYZE may
     // hold one for a moment), so VACUUM again until it did; entries the index kept for good
-    // would still fail after the last try.
+    // would still fail after the last try. INDEX_CLEANUP ON: with the default (auto), VACUUM
+    // skips the index pass when under 2% of the heap's pages have dead items, and the index
+    // keeps those entries (that, not the index, failed this test once in CI with 2 of 2509).
     let mut attempts = 0;
     let (rows, stats) = loop {
-        admin.batch_execute("VACUUM skills.skill").unwrap();
+        admin.batch_execute("VACUUM (INDEX_CLEANUP ON) skills.skill").unwrap();
         let rows: i64 = admin
             .query_one("SELECT count(*) FROM skills.skill", &[])
             .unwrap()
