@@ -5,7 +5,7 @@ RETURNS skills.category
 LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
 RETURN skills.classify_label(name, description, instructions)::skills.category;
 COMMENT ON FUNCTION skills.classify(text, text, text) IS
-    'The deterministic category classifier (same rules as the loader; see README, Categories).';
+    'The deterministic category classifier (same rules as the loader; docs/ingestion.md, Categories).';
 
 -- ---------------------------------------------------------------------------------------------
 -- Derived columns, validation and history: one BEFORE trigger.

@@ -1,5 +1,9 @@
--- The bm25 index: its operator, operator class, and query helpers.
--- The access method itself (skills.bm25_handler, CREATE ACCESS METHOD bm25) comes from Rust.
+-- The bm25 index: the access method, its operator, operator class, and query helpers.
+
+CREATE FUNCTION skills.bm25_handler(internal) RETURNS index_am_handler
+    PARALLEL SAFE IMMUTABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'bm25_handler_wrapper';
+CREATE ACCESS METHOD bm25 TYPE INDEX HANDLER skills.bm25_handler;
+COMMENT ON ACCESS METHOD bm25 IS 'pg_skills BM25 index over ARRAY[name, description, instructions]';
 
 -- Seq scans evaluate the operator per row (analysis of the whole document): make the planner
 -- see that, so it prefers the index whenever one exists.

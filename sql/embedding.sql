@@ -2,7 +2,7 @@
 -- skill trigger fills, the embedder's progress, and the SQL wrappers over the Rust functions
 -- (extension/src/embedding/).
 
--- Trained compressors (the residual MLP of DESIGN.md). One is active; none active = raw keys.
+-- Trained compressors (a residual MLP over the encoder's embeddings; docs/architecture.md). One is active; none active = raw keys.
 CREATE TABLE skills.compressor (
     version      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     weights      bytea NOT NULL,

@@ -1,4 +1,4 @@
--- The skill graph (issue 7): edges between skills for the graph method (Graph-of-Skills), built
+-- The skill graph: edges between skills for the graph method (Graph-of-Skills), built
 -- by skills.build_graph() from key similarity and the document rules, or added by hand.
 
 CREATE TYPE skills.edge_type AS ENUM ('dependency', 'workflow', 'semantic', 'alternative');

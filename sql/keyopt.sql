@@ -1,5 +1,5 @@
--- KeyOpt (issue 6): the experience tables, recording a run, fitted rounds and their per-skill
--- rows, and the SQL wrappers over the Rust fit and reading (extension/src/keyopt/).
+-- KeyOpt: the experience tables, recording a run, fitted rounds and their per-skill
+-- rows, and the SQL over the Rust fit and reading (extension/src/keyopt/).
 
 -- A task run: what was asked, by whom, under which budget. The task key is q of the task text,
 -- so similar past runs can be found (event recall and the event term).
@@ -148,11 +148,8 @@ $$;
 COMMENT ON FUNCTION skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean) IS
     'Records a task run and its arms (skills served, pass/fail, cost); returns the event id. Unknown skills and changed versions are rejected (allow_stale => true records them flagged stale).';
 
--- Fits a round from every recorded run now, publishes it (active) and returns its number.
-CREATE FUNCTION skills.fit() RETURNS integer
-    LANGUAGE sql VOLATILE
-    RETURN skills.keyopt_fit('skills.fit()', true);
-COMMENT ON FUNCTION skills.fit() IS
+-- skills.fit(trigger, activate) is Rust (extension/src/keyopt/mod.rs).
+COMMENT ON FUNCTION skills.fit(text, boolean) IS
     'Fits a KeyOpt round from the recorded runs (cross-validated settings in the round''s report) and makes it the active round. Returns the round.';
 
 -- Makes a stored round the active one (rollback, or roll forward again).

@@ -34,8 +34,7 @@ GRANT skills_reporter, skills_loader TO skills_admin;
 
 -- Administrative and writing functions: not for PUBLIC.
 REVOKE EXECUTE ON FUNCTION
-    skills.fit(),
-    skills.keyopt_fit(text, boolean),
+    skills.fit(text, boolean),
     skills.use_round(integer),
     skills.train_compressor(text, integer, integer, bigint, boolean),
     skills.train_compressor_weights(text, integer, integer, bigint),
@@ -75,8 +74,7 @@ GRANT EXECUTE ON FUNCTION skills.apply_staging() TO skills_loader;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA skills TO skills_admin;
 GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA skills TO skills_admin;
 GRANT EXECUTE ON FUNCTION
-    skills.fit(),
-    skills.keyopt_fit(text, boolean),
+    skills.fit(text, boolean),
     skills.use_round(integer),
     skills.train_compressor(text, integer, integer, bigint, boolean),
     skills.train_compressor_weights(text, integer, integer, bigint),

@@ -1,4 +1,4 @@
-//! Retrieval quality gates: the harness runs against the test cluster (PGSKILLS_TEST_DSN, set by
+//! Retrieval quality gates: the harness runs against the test cluster (PG_SKILLS_TEST_DSN, set by
 //! `./x test`) on the shared labelled sets, and the reference BM25 must stay at its measured level
 //! (benches/RESULTS.md). Skipped with a message where the cluster or ../shared is absent.
 
@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn run(dataset: &str) -> Option<serde_json::Value> {
-    let Ok(dsn) = std::env::var("PGSKILLS_TEST_DSN") else {
-        eprintln!("SKIPPED: PGSKILLS_TEST_DSN is not set (run through ./x test)");
+    let Ok(dsn) = std::env::var("PG_SKILLS_TEST_DSN") else {
+        eprintln!("SKIPPED: PG_SKILLS_TEST_DSN is not set (run through ./x test)");
         return None;
     };
     // Read at run time (a binary cached from another checkout must not look there).

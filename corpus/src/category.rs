@@ -1,6 +1,6 @@
 //! The seven capability pools and the deterministic classifier that assigns a skill to one.
 //!
-//! Rules (documented in the README, "Categories"):
+//! Rules (documented in docs/ingestion.md, "Categories"):
 //! 1. Text is lowercased and split into words on anything that is not a letter or digit.
 //! 2. Each category has a list of cue words and two-word phrases. A cue found in the name counts
 //!    4, in the description 2, in the instructions 1; in the instructions a cue counts at most
@@ -14,9 +14,9 @@
 //! Same input, same category: no randomness, no model.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Category {

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use crate::filter::{is_code_related, DropReason};
+use crate::drop_reason::DropReason;
+use crate::filter::is_code_related;
 use crate::readers::Item;
 use crate::skill::Skill;
 

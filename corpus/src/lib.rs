@@ -5,6 +5,7 @@
 
 pub mod category;
 pub mod dedup;
+pub mod drop_reason;
 pub mod filter;
 pub mod normalize;
 pub mod readers;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::category::Category;
-use crate::filter::DropReason;
+use crate::drop_reason::DropReason;
 use crate::normalize::{normalize_body, normalize_inline, unify_line_endings};
 use crate::skill::{parse_skill_md, provenance_entry, Skill};
 use crate::source::{identify_licence, nearest_licence_file, SourceInfo};

@@ -4,7 +4,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::category::Category;
-use crate::filter::DropReason;
+use crate::drop_reason::DropReason;
 use crate::normalize::{normalize_body, normalize_inline, split_front_matter, unify_line_endings};
 
 /// Descriptions longer than this (in characters) are cut when derived from a body.
@@ -74,7 +74,10 @@ pub fn token_count_with(
     instructions: &str,
     between_chunks: &mut dyn FnMut(),
 ) -> usize {
-    prompt_tokens_with(&prompt_text(name, description, instructions), between_chunks)
+    prompt_tokens_with(
+        &prompt_text(name, description, instructions),
+        between_chunks,
+    )
 }
 
 /// LLM prompt tokens (OpenAI o200k_base BPE) of any text.
@@ -339,7 +342,9 @@ mod tests {
         let text = paragraph.repeat(4000);
         let mut pieces = 0;
         let counted = prompt_tokens_with(&text, &mut || pieces += 1);
-        let whole = tiktoken_rs::o200k_base_singleton().encode_ordinary(&text).len();
+        let whole = tiktoken_rs::o200k_base_singleton()
+            .encode_ordinary(&text)
+            .len();
         assert!(pieces >= 3, "{pieces} pieces");
         assert_eq!(counted, whole);
         // No newline at all: cut at character boundaries, still every piece counted.

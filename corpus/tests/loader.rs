@@ -1,5 +1,5 @@
 //! skills-load against a real server. The test command (`./x test`) starts a throwaway cluster
-//! with the extension installed and sets PGSKILLS_TEST_DSN; without it these tests say so and
+//! with the extension installed and sets PG_SKILLS_TEST_DSN; without it these tests say so and
 //! pass vacuously. Each test works in a database of its own, dropped at the end.
 
 use std::collections::{BTreeSet, HashMap};
@@ -10,9 +10,9 @@ use postgres::{Client, NoTls};
 use serde_json::Value;
 
 fn admin_dsn() -> Option<String> {
-    let dsn = std::env::var("PGSKILLS_TEST_DSN").ok();
+    let dsn = std::env::var("PG_SKILLS_TEST_DSN").ok();
     if dsn.is_none() {
-        eprintln!("SKIPPED: PGSKILLS_TEST_DSN is not set (run through ./x test)");
+        eprintln!("SKIPPED: PG_SKILLS_TEST_DSN is not set (run through ./x test)");
     }
     dsn
 }

@@ -1,10 +1,12 @@
-//! Glue both index access methods share: the handler's common fields, scan set-up and checks,
-//! VACUUM statistics, the cost of a path the index cannot serve, and build-target checks.
+//! Glue both index access methods (`bm25`, `skeys`) share: opening an index by OID with its
+//! privilege check, the handler's common fields, scan set-up and checks, VACUUM statistics, the
+//! cost of a path the index cannot serve, build-target checks, and TIDs.
 
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgMemoryContexts, PgSqlErrorCode};
 
 use pg_skills_kernels::layout::MetaError;
+use pg_skills_kernels::layout::Tid;
 
 use crate::errors::raise;
 
@@ -106,23 +108,21 @@ pub unsafe fn unserved_path(
     true
 }
 
-/// ambuild's preconditions: an empty relation and one indexed column.
+/// ambuild's start: the index's pages for writing without WAL (logged whole at the end), after
+/// checking its preconditions (an empty relation, one indexed column: `column_hint` says which).
 ///
 /// SAFETY: the arguments are ambuild's.
-pub unsafe fn check_build(
-    blocks: pg_sys::BlockNumber,
+pub unsafe fn begin_build(
     index: pg_sys::Relation,
     index_info: *mut pg_sys::IndexInfo,
     am: &str,
     column_hint: &str,
-) {
-    if blocks != 0 {
+) -> crate::storage::BufferStore {
+    let store = crate::storage::BufferStore::new(index, crate::storage::Mode::Build);
+    if store.num_blocks() != 0 {
         raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            format!(
-                "index \"{}\" already contains data",
-                crate::bm25::relation_name(index)
-            ),
+            format!("index \"{}\" already contains data", relation_name(index)),
             None,
         );
     }
@@ -133,6 +133,7 @@ pub unsafe fn check_build(
             Some(column_hint),
         );
     }
+    store
 }
 
 /// A metapage as read, or an ERROR naming REINDEX when the index has another on-disk format.
@@ -141,7 +142,7 @@ pub fn usable_meta<M>(read: Result<M, MetaError>, index: pg_sys::Relation) -> M 
         Ok(meta) => meta,
         Err(e) => raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("index \"{}\": {e}", crate::bm25::relation_name(index)),
+            format!("index \"{}\": {e}", relation_name(index)),
             Some("Run REINDEX INDEX on it: the index is rebuilt in the current format."),
         ),
     }
@@ -165,4 +166,429 @@ pub unsafe fn order_by_key<'a>(
 
 pub fn report_progress(param: u32, value: i64) {
     unsafe { pg_sys::pgstat_progress_update_param(param as i32, value) };
+}
+
+/// A relation's name, for messages.
+pub fn relation_name(rel: pg_sys::Relation) -> String {
+    unsafe { pgrx::name_data_to_str(&(*(*rel).rd_rel).relname).to_string() }
+}
+
+/// The heap TID an index entry points at, as the kernels store it.
+pub fn tid_of(ptr: &pg_sys::ItemPointerData) -> Tid {
+    let (block, offset) = pgrx::itemptr::item_pointer_get_both(*ptr);
+    Tid { block, offset }
+}
+
+/// Whether `index` is an index of access method `am`.
+pub fn is_index_of(index: pg_sys::Relation, am: &str) -> bool {
+    unsafe {
+        let name = pg_sys::get_am_name((*(*index).rd_rel).relam);
+        !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == am.as_bytes()
+    }
+}
+
+/// Opens `oid` (AccessShareLock) as an index of access method `am`, or raises a clear ERROR
+/// with `hint`. Close it with `relation_close(rel, AccessShareLock)`.
+///
+/// Functions given an index by name or OID (statistics, recall, a bm25query naming its index)
+/// read what the index holds, so the caller must be allowed to read the indexed table.
+pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    require_select_on_indexed_table(oid);
+    unsafe {
+        let rel = pg_sys::try_relation_open(oid, lock);
+        if rel.is_null() {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("relation {} does not exist", oid.to_u32()),
+                Some(hint),
+            );
+        }
+        let is_index = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as std::ffi::c_char;
+        if !is_index || !is_index_of(rel, am) {
+            let name = relation_name(rel);
+            pg_sys::relation_close(rel, lock);
+            raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is not a {am} index"),
+                Some(hint),
+            );
+        }
+        rel
+    }
+}
+
+/// ERROR 42501 unless the current user may SELECT from the table `index` indexes (checked
+/// before any lock is taken; an OID that is no index is left to the caller's checks).
+fn require_select_on_indexed_table(index: pg_sys::Oid) {
+    // SAFETY: syscache lookups on the backend's thread; missing_ok, so no ERROR of their own.
+    unsafe {
+        let table = pg_sys::IndexGetRelation(index, true);
+        if table == pg_sys::InvalidOid {
+            return;
+        }
+        let allowed = pg_sys::pg_class_aclcheck(
+            table,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+        );
+        if allowed != pg_sys::AclResult::ACLCHECK_OK {
+            let name = pg_sys::get_rel_name(table);
+            let name = if name.is_null() {
+                table.to_u32().to_string()
+            } else {
+                std::ffi::CStr::from_ptr(name)
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied for table {name}"),
+                Some("Reading an index's contents needs SELECT on its table (for pg_skills' own tables: GRANT skills_reader TO the role)."),
+            );
+        }
+    }
+}
+
+/// The validator of both access methods' operator classes: the SQL script creates them whole
+/// and nothing else may use these access methods' handlers, so there is nothing to check.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
+    true
+}
+
+/// Fills an [`ordering_am`]'s callbacks from the calling module's phase modules, which both
+/// access methods name alike: `build`, `insert`, `vacuum`, `cost`, `options`, `scan`.
+macro_rules! phase_callbacks {
+    ($am:ident) => {{
+        $am.ambuild = Some(build::ambuild);
+        $am.ambuildempty = Some(build::ambuildempty);
+        $am.ambuildphasename = Some(build::ambuildphasename);
+        $am.aminsert = Some(insert::aminsert);
+        $am.ambulkdelete = Some(vacuum::ambulkdelete);
+        $am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
+        $am.amcostestimate = Some(cost::amcostestimate);
+        $am.amoptions = Some(options::amoptions);
+        $am.amvalidate = Some(crate::am::amvalidate);
+        $am.ambeginscan = Some(scan::ambeginscan);
+        $am.amrescan = Some(scan::amrescan);
+        $am.amgettuple = Some(scan::amgettuple);
+        $am.amendscan = Some(scan::amendscan);
+    }};
+}
+pub(crate) use phase_callbacks;
+
+/// What differs between the two access methods' scans; [`ordered_scan_callbacks`] makes the
+/// Postgres callbacks around it.
+pub trait OrderedScan: Default {
+    /// The access method's name, for messages.
+    const AM: &'static str;
+    /// The ERROR text for a scan without an ORDER BY operator.
+    const USAGE: &'static str;
+    /// Sets up the scan for the ORDER BY argument (None: `ORDER BY col <op> NULL`).
+    ///
+    /// SAFETY: `index` is the scan's open index; `key` is the executor's scan key.
+    unsafe fn start(&mut self, index: pg_sys::Relation, key: Option<&pg_sys::ScanKeyData>);
+    /// The next heap TID in order, None when the scan is done.
+    ///
+    /// SAFETY: `index` is the scan's open index.
+    unsafe fn next(&mut self, index: pg_sys::Relation) -> Option<Tid>;
+}
+
+/// A scan's state as `opaque` holds it: whether amrescan ran, and the access method's part.
+#[derive(Default)]
+pub struct ScanSlot<T> {
+    started: bool,
+    scan: T,
+}
+
+/// amrescan for an [`OrderedScan`].
+///
+/// SAFETY: the arguments are amrescan's, for a scan begun by [`begin_scan`] with `ScanSlot<T>`.
+pub unsafe fn rescan<T: OrderedScan>(
+    scan: pg_sys::IndexScanDesc,
+    orderbys: pg_sys::ScanKey,
+    norderbys: std::ffi::c_int,
+) {
+    let slot = &mut *((*scan).opaque as *mut ScanSlot<T>);
+    slot.started = false;
+    slot.scan = T::default();
+    let key = order_by_key(orderbys, norderbys, T::USAGE);
+    slot.scan.start((*scan).indexRelation, key);
+    slot.started = true;
+}
+
+/// amgettuple for an [`OrderedScan`].
+///
+/// SAFETY: `scan` was begun by [`begin_scan`] with `ScanSlot<T>`.
+pub unsafe fn get_tuple<T: OrderedScan>(scan: pg_sys::IndexScanDesc) -> bool {
+    require_mvcc(scan, T::AM);
+    let slot = &mut *((*scan).opaque as *mut ScanSlot<T>);
+    if !slot.started {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("{} index scan used before amrescan", T::AM),
+            None,
+        );
+    }
+    match slot.scan.next((*scan).indexRelation) {
+        Some(tid) => {
+            return_tid(scan, tid.block, tid.offset);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The four scan callbacks of an access method whose scan state is `$state: OrderedScan`.
+macro_rules! ordered_scan_callbacks {
+    ($state:ty) => {
+        #[pgrx::pg_guard]
+        pub unsafe extern "C-unwind" fn ambeginscan(
+            index: pgrx::pg_sys::Relation,
+            nkeys: std::ffi::c_int,
+            norderbys: std::ffi::c_int,
+        ) -> pgrx::pg_sys::IndexScanDesc {
+            crate::am::begin_scan::<crate::am::ScanSlot<$state>>(index, nkeys, norderbys)
+        }
+
+        #[pgrx::pg_guard]
+        pub unsafe extern "C-unwind" fn amrescan(
+            scan: pgrx::pg_sys::IndexScanDesc,
+            _keys: pgrx::pg_sys::ScanKey,
+            _nkeys: std::ffi::c_int,
+            orderbys: pgrx::pg_sys::ScanKey,
+            norderbys: std::ffi::c_int,
+        ) {
+            crate::am::rescan::<$state>(scan, orderbys, norderbys)
+        }
+
+        #[pgrx::pg_guard]
+        pub unsafe extern "C-unwind" fn amgettuple(
+            scan: pgrx::pg_sys::IndexScanDesc,
+            _direction: pgrx::pg_sys::ScanDirection::Type,
+        ) -> bool {
+            crate::am::get_tuple::<$state>(scan)
+        }
+
+        #[pgrx::pg_guard]
+        pub unsafe extern "C-unwind" fn amendscan(_scan: pgrx::pg_sys::IndexScanDesc) {
+            // The state lives in the scan's memory context and is dropped with it.
+        }
+    };
+}
+pub(crate) use ordered_scan_callbacks;
+
+/// `aminsert` that hands each non-NULL value to `$insert(index, datum, tid)`. Neither access
+/// method checks uniqueness, so the result is always false.
+macro_rules! aminsert {
+    ($insert:path) => {
+        #[pgrx::pg_guard]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C-unwind" fn aminsert(
+            index: pgrx::pg_sys::Relation,
+            values: *mut pgrx::pg_sys::Datum,
+            isnull: *mut bool,
+            heap_tid: pgrx::pg_sys::ItemPointer,
+            _heap: pgrx::pg_sys::Relation,
+            _check_unique: pgrx::pg_sys::IndexUniqueCheck::Type,
+            _index_unchanged: bool,
+            _index_info: *mut pgrx::pg_sys::IndexInfo,
+        ) -> bool {
+            if !*isnull {
+                $insert(index, *values, crate::am::tid_of(&*heap_tid));
+            }
+            false
+        }
+    };
+}
+pub(crate) use aminsert;
+
+/// A path's cost as an access method's model estimates it: all of it before the first row
+/// (the index computes its top-k, or its first lists, before returning anything), and the index
+/// pages it reads.
+pub struct PathCost {
+    pub cost: pg_sys::Cost,
+    pub pages: f64,
+}
+
+/// `amcostestimate` from `$model(index_pages, index_tuples) -> PathCost`, for paths the index
+/// can serve (ORDER BY its operator); others get [`unserved_path`]'s prohibitive cost.
+macro_rules! amcostestimate {
+    ($model:path) => {
+        #[pgrx::pg_guard]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C-unwind" fn amcostestimate(
+            _root: *mut pgrx::pg_sys::PlannerInfo,
+            path: *mut pgrx::pg_sys::IndexPath,
+            _loop_count: f64,
+            startup: *mut pgrx::pg_sys::Cost,
+            total: *mut pgrx::pg_sys::Cost,
+            selectivity: *mut pgrx::pg_sys::Selectivity,
+            correlation: *mut f64,
+            pages: *mut f64,
+        ) {
+            if crate::am::unserved_path(path, startup, total, selectivity, correlation, pages) {
+                return;
+            }
+            let info = (*path).indexinfo;
+            let estimate: crate::am::PathCost =
+                $model((*info).pages as f64, (*info).tuples.max(1.0));
+            *startup = estimate.cost;
+            *total = estimate.cost;
+            *pages = estimate.pages;
+        }
+    };
+}
+pub(crate) use amcostestimate;
+
+/// `ambulkdelete` over `$delete(index, is_dead) -> (removed, remaining)`, where `is_dead` asks
+/// VACUUM whether a heap TID is dead (and sleeps as vacuum_cost_delay says every 256 asks).
+macro_rules! ambulkdelete {
+    ($delete:path) => {
+        #[pgrx::pg_guard]
+        pub unsafe extern "C-unwind" fn ambulkdelete(
+            info: *mut pgrx::pg_sys::IndexVacuumInfo,
+            stats: *mut pgrx::pg_sys::IndexBulkDeleteResult,
+            callback: pgrx::pg_sys::IndexBulkDeleteCallback,
+            callback_state: *mut std::ffi::c_void,
+        ) -> *mut pgrx::pg_sys::IndexBulkDeleteResult {
+            let stats = crate::am::stats_or_new(stats);
+            let mut is_dead = crate::am::HeapIsDead::new(callback, callback_state);
+            let (removed, remaining): (u64, u64) = $delete((*info).index, &mut is_dead);
+            (*stats).tuples_removed += removed as f64;
+            (*stats).num_index_tuples = remaining as f64;
+            stats
+        }
+    };
+}
+pub(crate) use ambulkdelete;
+
+/// VACUUM's callback that says whether a heap TID is dead.
+pub struct HeapIsDead {
+    callback: unsafe extern "C-unwind" fn(pg_sys::ItemPointer, *mut std::ffi::c_void) -> bool,
+    state: *mut std::ffi::c_void,
+    calls: u64,
+}
+
+impl HeapIsDead {
+    /// SAFETY: `callback` and `state` are what VACUUM passed to ambulkdelete.
+    pub unsafe fn new(
+        callback: pg_sys::IndexBulkDeleteCallback,
+        state: *mut std::ffi::c_void,
+    ) -> Self {
+        HeapIsDead {
+            callback: callback.expect("VACUUM passes a callback"),
+            state,
+            calls: 0,
+        }
+    }
+
+    pub fn ask(&mut self, tid: Tid) -> bool {
+        self.calls += 1;
+        // SAFETY: VACUUM's own callback and state, called on the backend's thread during
+        // ambulkdelete; vacuum_delay_point only sleeps or checks for interrupts.
+        unsafe {
+            if self.calls % 256 == 0 {
+                pg_sys::vacuum_delay_point();
+            }
+            let mut ptr = pg_sys::ItemPointerData::default();
+            pgrx::itemptr::item_pointer_set_all(&mut ptr, tid.block, tid.offset);
+            (self.callback)(&mut ptr, self.state)
+        }
+    }
+}
+
+/// A heap-scan callback for CREATE INDEX that hands each non-NULL value to
+/// `$state_type::$method(&mut self, tid, datum)`.
+macro_rules! build_callback {
+    ($name:ident, $state_type:ty, $method:ident) => {
+        #[pgrx::pg_guard]
+        unsafe extern "C-unwind" fn $name(
+            _index: pgrx::pg_sys::Relation,
+            tid: pgrx::pg_sys::ItemPointer,
+            values: *mut pgrx::pg_sys::Datum,
+            isnull: *mut bool,
+            _tuple_is_alive: bool,
+            state: *mut std::ffi::c_void,
+        ) {
+            if *isnull {
+                return;
+            }
+            let state = &mut *(state as *mut $state_type);
+            state.$method(crate::am::tid_of(&*tid), *values);
+        }
+    };
+}
+pub(crate) use build_callback;
+
+/// One pass over the table for CREATE INDEX, every live and recently dead row to `callback`;
+/// returns the number of heap tuples.
+///
+/// SAFETY: the relations and info are ambuild's; `state` is what `callback` expects.
+pub unsafe fn index_build_scan(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    index_info: *mut pg_sys::IndexInfo,
+    callback: pg_sys::IndexBuildCallback,
+    state: *mut std::ffi::c_void,
+) -> f64 {
+    pg_sys::table_index_build_scan(
+        heap,
+        index,
+        index_info,
+        true,
+        true,
+        callback,
+        state,
+        std::ptr::null_mut(),
+    )
+}
+
+/// ambuild's result.
+pub fn build_result(heap_tuples: f64, index_tuples: f64) -> *mut pg_sys::IndexBuildResult {
+    let mut result = unsafe { PgBox::<pg_sys::IndexBuildResult>::alloc0() };
+    result.heap_tuples = heap_tuples;
+    result.index_tuples = index_tuples;
+    result.into_pg()
+}
+
+/// One entry of a reloptions parse table: option `name` of `kind` at `offset` in the struct.
+pub fn reloption(
+    name: &'static std::ffi::CStr,
+    kind: pg_sys::relopt_type::Type,
+    offset: usize,
+) -> pg_sys::relopt_parse_elt {
+    pg_sys::relopt_parse_elt {
+        optname: name.as_ptr(),
+        opttype: kind,
+        offset: offset as std::ffi::c_int,
+    }
+}
+
+/// amoptions: parses `reloptions` of reloption kind `kind` into a palloc'd `R` (a `#[repr(C)]`
+/// struct that starts with the varlena header) by `table`.
+///
+/// SAFETY: the arguments are amoptions'; `table`'s offsets and types describe `R`.
+pub unsafe fn parse_reloptions<R>(
+    reloptions: pg_sys::Datum,
+    validate: bool,
+    kind: pg_sys::relopt_kind::Type,
+    table: &[pg_sys::relopt_parse_elt],
+) -> *mut pg_sys::bytea {
+    pg_sys::build_reloptions(
+        reloptions,
+        validate,
+        kind,
+        std::mem::size_of::<R>(),
+        table.as_ptr(),
+        table.len() as std::ffi::c_int,
+    ) as *mut pg_sys::bytea
+}
+
+/// The options struct amoptions built for `index`, None when it was created without options.
+///
+/// SAFETY: `R` is the struct this access method's amoptions builds.
+pub unsafe fn relation_options<'a, R>(index: pg_sys::Relation) -> Option<&'a R> {
+    ((*index).rd_options as *const R).as_ref()
 }

@@ -36,7 +36,7 @@ pub fn connect(database: &str) {
 
 /// Whether `CREATE EXTENSION pg_skills` ran in the worker's database.
 pub fn extension_installed() -> bool {
-    crate::spi::get_one::<bool>(
+    crate::spi::try_get_one::<bool>(
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_skills')",
     )
     .ok()

@@ -2,13 +2,22 @@
 
 use std::ffi::CString;
 
-use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 
 /// The most `pg_skills.max_document_size` can be set to, in kB: no document is larger.
 pub const MAX_DOCUMENT_SIZE_LIMIT_KB: i32 = 100 * 1024;
 /// Largest skill document (name + description + instructions), in kB.
 pub static MAX_DOCUMENT_SIZE_KB: GucSetting<i32> =
     GucSetting::<i32>::new(pg_skills_corpus::readers::DEFAULT_MAX_DOCUMENT_KB);
+/// Where KeyOpt batch scoring (`skills.keyopt_rank_batch`) runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PostgresGucEnum)]
+pub enum Device {
+    #[name = c"cpu"]
+    Cpu,
+    #[name = c"cuda"]
+    Cuda,
+}
+pub static DEVICE: GucSetting<Device> = GucSetting::<Device>::new(Device::Cpu);
 /// BM25 term-frequency saturation.
 pub static BM25_K1: GucSetting<f64> = GucSetting::<f64>::new(1.5);
 /// BM25 length normalisation.
@@ -239,6 +248,15 @@ pub fn init() {
         c"SQL function giving KeyOpt's base relevance r (a cross-encoder); empty: the key inner product.",
         c"Signature (query text, skill_ids bigint[]) returning (skill_id bigint, score double precision), one row per id. A fit records it in its round; readings of the round call it.",
         &RELEVANCE_FUNCTION,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    // Superuser only: it decides whether backends load the CUDA driver and take GPU memory.
+    GucRegistry::define_enum_guc(
+        c"pg_skills.device",
+        c"Where skills.keyopt_rank_batch scores: cpu, or cuda (a GPU, when one is present).",
+        c"With cuda and no usable GPU the function says so in a NOTICE and scores on the CPU; its device column names where each batch ran.",
+        &DEVICE,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -29,8 +29,8 @@ mod guc;
 mod key;
 mod keyopt;
 mod schema;
-mod spi;
 mod search;
+mod spi;
 mod storage;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -2,13 +2,14 @@
 
 // Types, tables, views: before any function.
 pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
-// The bm25 operator, operator class and query helpers: after the access method and operator function.
+// The bm25 access method, operator, operator class and query helpers: after the operator function.
 pgrx::extension_sql_file!(
     "../../sql/bm25.sql",
     name = "bm25",
-    requires = [bm25::bm25_handler, bm25::operator::bm25_distance]
+    requires = ["schema", bm25::operator::bm25_distance]
 );
-// The key type, operators, skeys access method: its C functions are Rust `sql = false` externs.
+// The key type, operators, skeys access method: their C functions are Rust (`v1_function!` and
+// `#[pg_extern(sql = false)]`; CONTRIBUTING.md, "Declaring SQL").
 pgrx::extension_sql_file!("../../sql/keys.sql", name = "keys", requires = ["schema"]);
 // Compressors, skill keys, the embedding queue and its status: after the key type and the Rust
 // functions the SQL wrappers call.
@@ -27,7 +28,7 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../../sql/keyopt.sql",
     name = "keyopt",
-    requires = ["embedding", keyopt::keyopt_fit, keyopt::rank::keyopt_rank]
+    requires = ["embedding", keyopt::fit, keyopt::rank::keyopt_rank]
 );
 // The skill graph: edges, their change counter and skills.build_graph (after the key type, the
 // rule extractor and, for a stable object order, the KeyOpt tables).

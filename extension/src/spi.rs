@@ -72,38 +72,84 @@ pub fn with_fixed_search_path<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// `Spi::connect` with the fixed search_path: read-only statements (a standby runs them).
-pub fn connect<R, F>(f: F) -> R
+/// Statements that only read, with the fixed search_path (a standby runs them; a transaction
+/// id is never assigned). An SPI error (a type mismatch reading a column, say) is raised as an
+/// ERROR; an ERROR inside a statement propagates as Postgres raised it.
+pub fn read<R, F>(f: F) -> R
 where
-    F: FnOnce(&SpiClient<'_>) -> R,
+    F: FnOnce(&SpiClient<'_>) -> spi::Result<R>,
+{
+    with_fixed_search_path(|| Spi::connect(f)).unwrap_or_else(|e| raise_spi_error(e))
+}
+
+/// [`read`] for statements that write.
+pub fn write<R, F>(f: F) -> R
+where
+    F: FnOnce(&mut SpiClient<'_>) -> spi::Result<R>,
+{
+    with_fixed_search_path(|| Spi::connect_mut(f)).unwrap_or_else(|e| raise_spi_error(e))
+}
+
+/// [`read`] whose SPI error the caller turns into its own message.
+pub fn try_read<R, F>(f: F) -> spi::Result<R>
+where
+    F: FnOnce(&SpiClient<'_>) -> spi::Result<R>,
 {
     with_fixed_search_path(|| Spi::connect(f))
 }
 
-/// `Spi::connect_mut` with the fixed search_path: statements that write.
-pub fn connect_mut<R, F>(f: F) -> R
-where
-    F: FnOnce(&mut SpiClient<'_>) -> R,
-{
-    with_fixed_search_path(|| Spi::connect_mut(f))
+/// The first column of the first row of a read-only query (None: no row, or NULL).
+///
+/// `Spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
+/// ("cannot assign TransactionIds during recovery"): everything a search runs reads this way.
+pub fn select_one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {
+    read(|client| {
+        let rows = client.select(sql, Some(1), args)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.first().get_one::<T>()
+    })
 }
 
-/// `Spi::get_one` with the fixed search_path (read-write: it assigns a transaction id).
-pub fn get_one<A: FromDatum + IntoDatum>(query: &str) -> spi::Result<Option<A>> {
+/// The first column of the first row a writing statement returns (`INSERT ... RETURNING`).
+pub fn write_one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {
+    with_fixed_search_path(|| Spi::get_one_with_args(sql, args))
+        .unwrap_or_else(|e| raise_spi_error(e))
+}
+
+/// Runs a statement that writes.
+pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
+    with_fixed_search_path(|| Spi::run_with_args(sql, args)).unwrap_or_else(|e| raise_spi_error(e))
+}
+
+/// `Spi::get_one` for the background workers, which handle a failure themselves (log it and
+/// wait) instead of ending their transaction with an ERROR.
+pub fn try_get_one<A: FromDatum + IntoDatum>(query: &str) -> spi::Result<Option<A>> {
     with_fixed_search_path(|| Spi::get_one(query))
 }
 
-/// `Spi::get_one_with_args` with the fixed search_path.
-pub fn get_one_with_args<A: FromDatum + IntoDatum>(
+/// [`try_get_one`] with arguments.
+pub fn try_get_one_with_args<A: FromDatum + IntoDatum>(
     query: &str,
     args: &[DatumWithOid<'_>],
 ) -> spi::Result<Option<A>> {
     with_fixed_search_path(|| Spi::get_one_with_args(query, args))
 }
 
-/// `Spi::run_with_args` with the fixed search_path.
-pub fn run_with_args(query: &str, args: &[DatumWithOid<'_>]) -> Result<(), spi::Error> {
+/// [`run`] for the background workers (see [`try_get_one`]).
+pub fn try_run(query: &str, args: &[DatumWithOid<'_>]) -> spi::Result<()> {
     with_fixed_search_path(|| Spi::run_with_args(query, args))
+}
+
+/// An SPI error is the extension's own mistake (a statement and its reader disagree), not the
+/// caller's: XX000.
+fn raise_spi_error(e: spi::Error) -> ! {
+    crate::errors::raise(
+        pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        e.to_string(),
+        None,
+    )
 }
 
 #[cfg(test)]
@@ -117,13 +163,16 @@ mod tests {
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(&dir).unwrap() {
                 let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                // The pg_tests (src/tests/) run SQL as a test client would.
                 if path.is_dir() {
-                    dirs.push(path);
+                    if name != "tests" {
+                        dirs.push(path);
+                    }
                     continue;
                 }
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                // spi.rs wraps Spi; tests.rs runs SQL as a test client would.
-                if !name.ends_with(".rs") || name == "spi.rs" || name == "tests.rs" {
+                // spi.rs wraps Spi.
+                if !name.ends_with(".rs") || name == "spi.rs" {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();

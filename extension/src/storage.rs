@@ -131,7 +131,7 @@ impl BufferStore {
             PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
             format!(
                 "index \"{}\": block {blkno} {what}",
-                crate::bm25::relation_name(self.rel)
+                crate::am::relation_name(self.rel)
             ),
             Some(&reindex_hint(self.rel)),
         )
@@ -418,7 +418,7 @@ pub fn reindex_hint(rel: pg_sys::Relation) -> String {
     // SAFETY: `rel` is an open relation; both strings are palloc'd in the current context.
     let qualified = unsafe {
         let namespace = pg_sys::get_namespace_name((*(*rel).rd_rel).relnamespace);
-        let name = CString::new(crate::bm25::relation_name(rel)).unwrap_or_default();
+        let name = CString::new(crate::am::relation_name(rel)).unwrap_or_default();
         let q = pg_sys::quote_qualified_identifier(namespace, name.as_ptr());
         CStr::from_ptr(q).to_string_lossy().into_owned()
     };
@@ -431,7 +431,7 @@ pub fn index_corrupted(rel: pg_sys::Relation, e: &Corrupt) -> ! {
         PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED,
         format!(
             "index \"{}\" is corrupted: {e}",
-            crate::bm25::relation_name(rel)
+            crate::am::relation_name(rel)
         ),
         Some(&reindex_hint(rel)),
     )

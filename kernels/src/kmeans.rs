@@ -148,7 +148,12 @@ const ASSIGN_BLOCK: usize = 4096;
 
 /// [`assign`] in blocks of points, with a cancellation point between blocks on the calling
 /// thread (one pass over many points and lists takes seconds; rayon's threads never check).
-fn assign_cancellable(centroids: &[f32], dim: usize, points: &[f32], geometry: Geometry) -> Vec<u32> {
+fn assign_cancellable(
+    centroids: &[f32],
+    dim: usize,
+    points: &[f32],
+    geometry: Geometry,
+) -> Vec<u32> {
     let mut out = Vec::with_capacity(points.len() / dim);
     for block in points.chunks(ASSIGN_BLOCK * dim) {
         out.extend(assign(centroids, dim, block, geometry));

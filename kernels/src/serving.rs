@@ -5,17 +5,53 @@
 //! shorter skill further down may still fit); serving stops after `k` rows. Absent limits
 //! constrain nothing.
 
-/// The rankings `skills.search(..., method => ...)` offers, in the order the documentation and
-/// the evaluation list them. The extension validates against this list and the search
-/// evaluation runs each of them.
-pub const SEARCH_METHODS: [&str; 6] = [
-    "bm25",
-    "semantic",
-    "hybrid",
-    "graph",
-    "skilltrace",
-    "keyopt",
-];
+/// The rankings `skills.search(..., method => ...)` offers. The one list of them: the extension
+/// parses and validates with it, `skills.search_methods()` publishes it (the MCP server reads it
+/// from there), and the search evaluation runs each of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SearchMethod {
+    Bm25,
+    Semantic,
+    Hybrid,
+    Graph,
+    SkillTrace,
+    KeyOpt,
+}
+
+impl SearchMethod {
+    /// Every method, in the order the documentation and the evaluation list them.
+    pub const ALL: [SearchMethod; 6] = [
+        SearchMethod::Bm25,
+        SearchMethod::Semantic,
+        SearchMethod::Hybrid,
+        SearchMethod::Graph,
+        SearchMethod::SkillTrace,
+        SearchMethod::KeyOpt,
+    ];
+
+    /// The method's name in SQL and MCP.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SearchMethod::Bm25 => "bm25",
+            SearchMethod::Semantic => "semantic",
+            SearchMethod::Hybrid => "hybrid",
+            SearchMethod::Graph => "graph",
+            SearchMethod::SkillTrace => "skilltrace",
+            SearchMethod::KeyOpt => "keyopt",
+        }
+    }
+
+    /// The method named `name` (case and surrounding spaces ignored).
+    pub fn parse(name: &str) -> Option<SearchMethod> {
+        let name = name.trim().to_lowercase();
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Every method's name, in [`SearchMethod::ALL`]'s order.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|m| m.name()).collect()
+    }
+}
 
 /// The request's limits; `None` means no constraint.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -113,5 +149,20 @@ mod tests {
             ),
             vec![1]
         );
+    }
+
+    #[test]
+    fn every_method_parses_from_its_name_and_nothing_else_does() {
+        for m in SearchMethod::ALL {
+            assert_eq!(SearchMethod::parse(m.name()), Some(m));
+            assert_eq!(
+                SearchMethod::parse(&format!(" {} ", m.name().to_uppercase())),
+                Some(m)
+            );
+        }
+        assert_eq!(SearchMethod::names().len(), SearchMethod::ALL.len());
+        for other in ["", "fast", "bm", "keyopt2", "skill trace"] {
+            assert_eq!(SearchMethod::parse(other), None, "{other:?}");
+        }
     }
 }

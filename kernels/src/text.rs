@@ -73,6 +73,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_long_analysis_reaches_cancellation_points() {
+        let text = "cancel this analysis ".repeat(20_000);
+        let checks = crate::interrupt::tests::checks_made(|| {
+            let mut a = Analyzer::new(AnalyzerConfig { stemming: true });
+            assert_eq!(a.tokens(&text).len(), 40_000); // "this" is a stop word
+        });
+        assert!(checks >= 9, "{checks} checks over 60,000 tokens");
+    }
+
+    #[test]
     fn lowercases_splits_and_drops_stop_words() {
         let mut a = Analyzer::new(AnalyzerConfig { stemming: false });
         assert_eq!(

@@ -90,6 +90,9 @@ pub struct Database {
     /// The most one call may take on our side before we give up on the server.
     call_limit: Duration,
     statement_timeout: Duration,
+    /// `skills.search_methods()`, read once from the database (it is fixed per extension
+    /// version): the methods `tools/list` publishes and arguments are checked against.
+    search_methods: std::sync::OnceLock<Vec<String>>,
 }
 
 impl Database {
@@ -137,7 +140,35 @@ impl Database {
             tls,
             call_limit: settings.statement_timeout * 2 + connect + Duration::from_secs(5),
             statement_timeout: settings.statement_timeout,
+            search_methods: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The search methods the database offers, read once. An unreachable database is an error
+    /// (the call that asked would fail on it anyway); a database that cannot answer (no
+    /// extension there) gives None, and then the database itself refuses an unknown method.
+    pub async fn search_methods(&self) -> Result<Option<&[String]>, ToolError> {
+        if self.search_methods.get().is_none() {
+            let asked = self
+                .with_client(true, |c| async move {
+                    let row = c.query_one("SELECT skills.search_methods()", &[]).await?;
+                    row.try_get::<_, Vec<String>>(0)
+                })
+                .await;
+            match asked {
+                Ok(methods) => {
+                    let _ = self.search_methods.set(methods);
+                }
+                Err(e @ (ToolError::Unreachable(_) | ToolError::Timeout(_))) => return Err(e),
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(self.search_methods.get().map(Vec::as_slice))
+    }
+
+    /// The search methods if they were read already (never waits on the database).
+    pub fn known_search_methods(&self) -> Option<&[String]> {
+        self.search_methods.get().map(Vec::as_slice)
     }
 
     /// Where the pool connects, for logs and messages.

@@ -55,15 +55,16 @@ fn tool<In: JsonSchema + 'static, Out: JsonSchema + 'static>(
         )
 }
 
-/// The four tools, as `tools/list` publishes them.
-pub fn tool_list() -> Vec<Tool> {
-    vec![
+/// The four tools, as `tools/list` publishes them; `methods` (the database's
+/// `skills.search_methods()`, when it could be read) becomes the `method` argument's enum.
+pub fn tool_list(methods: Option<&[String]>) -> Vec<Tool> {
+    let mut tools = vec![
         tool::<SearchArgs, SearchResult>(
             SEARCH_SKILLS,
             "Search skills",
             "Ranked skills (SKILL.md documents) that help with a coding task, best first, with \
-             scores, the parts of each score and where each document comes from. Methods: bm25, \
-             semantic, hybrid, graph, skilltrace, keyopt (default: learns from report_outcome).",
+             scores, the parts of each score and where each document comes from. The method \
+             argument lists the ranking methods (default keyopt: learns from report_outcome).",
             true,
         ),
         tool::<GetSkillArgs, SkillDocument>(
@@ -87,7 +88,20 @@ pub fn tool_list() -> Vec<Tool> {
              passed true or false. The next KeyOpt fit learns from it.",
             false,
         ),
-    ]
+    ];
+    if let Some(methods) = methods {
+        for tool in &mut tools {
+            let schema = std::sync::Arc::make_mut(&mut tool.input_schema);
+            if let Some(method) = schema
+                .get_mut("properties")
+                .and_then(|p| p.get_mut("method"))
+                .and_then(Value::as_object_mut)
+            {
+                method.insert("enum".into(), Value::from(methods.to_vec()));
+            }
+        }
+    }
+    tools
 }
 
 #[derive(Clone)]
@@ -164,11 +178,15 @@ impl ServerHandler for SkillsServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tool_list()))
+        // Without the database the tools are still listed, with `method` as a plain string.
+        let methods = self.db.search_methods().await.ok().flatten();
+        Ok(ListToolsResult::with_all_items(tool_list(methods)))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tool_list().into_iter().find(|t| t.name == name)
+        tool_list(self.db.known_search_methods())
+            .into_iter()
+            .find(|t| t.name == name)
     }
 
     async fn call_tool(
@@ -223,7 +241,8 @@ mod tests {
 
     #[test]
     fn every_tool_publishes_object_schemas_with_required_fields() {
-        let tools = tool_list();
+        let methods: Vec<String> = ["bm25", "semantic", "keyopt"].map(String::from).to_vec();
+        let tools = tool_list(Some(&methods));
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(
             names,
@@ -243,14 +262,19 @@ mod tests {
             assert_eq!(t.input_schema.get("type"), Some(&Value::from("object")));
             assert!(t.output_schema.is_some(), "{} has no output schema", t.name);
         }
-        let method = &tools[0].input_schema["properties"]["method"];
-        let text = method.to_string();
-        for m in tools::Method::ALL.map(tools::Method::as_str) {
-            assert!(
-                text.contains(&format!("\"{m}\"")),
-                "{m} missing from {text}"
+        for t in [&tools[0], &tools[2]] {
+            assert_eq!(
+                t.input_schema["properties"]["method"]["enum"],
+                Value::from(methods.clone()),
+                "{}",
+                t.name
             );
         }
+        // Without the database's list, `method` is a bounded string.
+        let plain = tool_list(None);
+        let method = &plain[0].input_schema["properties"]["method"];
+        assert!(method.get("enum").is_none(), "{method}");
+        assert_eq!(method["maxLength"], Value::from(32));
         let report = tools[3].annotations.as_ref().unwrap();
         assert_eq!(report.read_only_hint, Some(false));
     }

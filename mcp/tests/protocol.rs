@@ -119,6 +119,15 @@ fn every_tool_round_trips() {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         assert!(t["outputSchema"].is_object(), "{t}");
     }
+    // The methods are the database's list, not the server's own.
+    let in_db: Vec<String> = admin
+        .query_one("SELECT skills.search_methods()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        tools[0]["inputSchema"]["properties"]["method"]["enum"],
+        json!(in_db)
+    );
 
     // search_skills: the ranking skills.search gives, with version, hash and provenance.
     let query = "my pytest tests repeat the same database setup";
@@ -260,7 +269,10 @@ fn every_tool_round_trips() {
         .collect();
     assert_eq!(smuggled_names, ["marker-smuggler"], "{smuggled}");
     admin
-        .execute("DELETE FROM skills.skill WHERE name = 'marker-smuggler'", &[])
+        .execute(
+            "DELETE FROM skills.skill WHERE name = 'marker-smuggler'",
+            &[],
+        )
         .unwrap();
 
     // report_outcome: one event, one arm per skill, what the agent said.
@@ -322,7 +334,7 @@ fn bad_arguments_come_back_as_clear_tool_errors() {
         ("search_skills", json!({"query": "  "}), "`query` must not be empty"),
         ("search_skills", json!({"query": "x", "k": 0}), "`k` must be between 1 and 50 (got 0)"),
         ("search_skills", json!({"query": "x", "k": "five"}), "invalid type: string \"five\""),
-        ("search_skills", json!({"query": "x", "method": "fast"}), "unknown variant `fast`, expected one of `bm25`"),
+        ("search_skills", json!({"query": "x", "method": "fast"}), "unknown method \"fast\"; the methods are bm25, semantic, hybrid, graph, skilltrace, keyopt"),
         ("search_skills", json!({"query": "x", "top_k": 3}), "unknown field `top_k`"),
         ("search_skills", json!({"query": "x", "categories": ["cooking"]}), "unknown category \"cooking\"; the pools are code_generation"),
         ("render_context", json!({"query": "x", "token_budget": -5}), "`token_budget` must be between 1 and 200000 (got -5)"),

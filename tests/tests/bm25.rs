@@ -121,7 +121,9 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
     // keeps those entries (that, not the index, failed this test once in CI with 2 of 2509).
     let mut attempts = 0;
     let (rows, stats) = loop {
-        admin.batch_execute("VACUUM (INDEX_CLEANUP ON) skills.skill").unwrap();
+        admin
+            .batch_execute("VACUUM (INDEX_CLEANUP ON) skills.skill")
+            .unwrap();
         let rows: i64 = admin
             .query_one("SELECT count(*) FROM skills.skill", &[])
             .unwrap()

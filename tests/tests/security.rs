@@ -26,10 +26,12 @@ impl Session {
     fn connect(cluster: &Cluster, user: &str, db: &str) -> Session {
         let notices = Arc::new(Mutex::new(Vec::new()));
         let sink = notices.clone();
-        let mut config: postgres::Config =
-            format!("host=127.0.0.1 port={} user={user} dbname={db}", cluster.port)
-                .parse()
-                .unwrap();
+        let mut config: postgres::Config = format!(
+            "host=127.0.0.1 port={} user={user} dbname={db}",
+            cluster.port
+        )
+        .parse()
+        .unwrap();
         config.notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
         let client = config
             .connect(NoTls)
@@ -94,7 +96,12 @@ impl Session {
 /// An error with the server's message and SQLSTATE (postgres' Display says only "db error").
 fn describe(e: &postgres::Error) -> String {
     match e.as_db_error() {
-        Some(db) => format!("{} {} (hint: {:?})", db.code().code(), db.message(), db.hint()),
+        Some(db) => format!(
+            "{} {} (hint: {:?})",
+            db.code().code(),
+            db.message(),
+            db.hint()
+        ),
         None => e.to_string(),
     }
 }
@@ -148,15 +155,51 @@ fn plant_traps(cluster: &Cluster) {
     );
     // (schema, name, argument types, result type, the built-in it stands in for)
     let functions: &[(&str, &str, &str, &str, &str)] = &[
-        ("public", "array_length", "regclass[], integer", "integer", "pg_catalog.array_length($1, $2)"),
+        (
+            "public",
+            "array_length",
+            "regclass[], integer",
+            "integer",
+            "pg_catalog.array_length($1, $2)",
+        ),
         ("evil", "now", "", "timestamptz", "pg_catalog.now()"),
         ("evil", "btrim", "text", "text", "pg_catalog.btrim($1)"),
-        ("evil", "octet_length", "text", "integer", "pg_catalog.octet_length($1)"),
-        ("evil", "cardinality", "bigint[]", "integer", "pg_catalog.cardinality($1)"),
-        ("evil", "jsonb_typeof", "jsonb", "text", "pg_catalog.jsonb_typeof($1)"),
-        ("evil", "to_regprocedure", "text", "regprocedure", "pg_catalog.to_regprocedure($1)"),
+        (
+            "evil",
+            "octet_length",
+            "text",
+            "integer",
+            "pg_catalog.octet_length($1)",
+        ),
+        (
+            "evil",
+            "cardinality",
+            "bigint[]",
+            "integer",
+            "pg_catalog.cardinality($1)",
+        ),
+        (
+            "evil",
+            "jsonb_typeof",
+            "jsonb",
+            "text",
+            "pg_catalog.jsonb_typeof($1)",
+        ),
+        (
+            "evil",
+            "to_regprocedure",
+            "text",
+            "regprocedure",
+            "pg_catalog.to_regprocedure($1)",
+        ),
         ("evil", "format", "text", "text", "pg_catalog.format($1)"),
-        ("evil", "left", "text, integer", "text", "pg_catalog.left($1, $2)"),
+        (
+            "evil",
+            "left",
+            "text, integer",
+            "text",
+            "pg_catalog.left($1, $2)",
+        ),
     ];
     for (schema, name, args, result, builtin) in functions {
         mallory.exec(&format!(
@@ -167,14 +210,42 @@ fn plant_traps(cluster: &Cluster) {
     }
     // (schema, operator, left, right, result, function name)
     let operators: &[(&str, &str, &str, &str, &str, &str)] = &[
-        ("public", "*", "numeric", "double precision", "double precision", "mul_numeric_float8"),
+        (
+            "public",
+            "*",
+            "numeric",
+            "double precision",
+            "double precision",
+            "mul_numeric_float8",
+        ),
         ("evil", "=", "bigint", "bigint", "boolean", "eq_int8"),
         ("evil", "=", "text", "text", "boolean", "eq_text"),
         ("evil", ">", "bigint", "bigint", "boolean", "gt_int8"),
-        ("evil", ">", "timestamptz", "timestamptz", "boolean", "gt_timestamptz"),
-        ("evil", "<=", "double precision", "double precision", "boolean", "le_float8"),
+        (
+            "evil",
+            ">",
+            "timestamptz",
+            "timestamptz",
+            "boolean",
+            "gt_timestamptz",
+        ),
+        (
+            "evil",
+            "<=",
+            "double precision",
+            "double precision",
+            "boolean",
+            "le_float8",
+        ),
         ("evil", "||", "text", "text", "text", "concat_text"),
-        ("evil", "-", "timestamptz", "interval", "timestamptz", "minus_interval"),
+        (
+            "evil",
+            "-",
+            "timestamptz",
+            "interval",
+            "timestamptz",
+            "minus_interval",
+        ),
         ("evil", "->>", "jsonb", "text", "text", "jsonb_field"),
     ];
     for (schema, op, left, right, result, f) in operators {
@@ -206,11 +277,14 @@ fn assert_nothing_gained(cluster: &Cluster, sessions: &[&Session]) {
         .collect();
     assert!(ran.is_empty(), "attacker functions ran: {ran:?}");
     for s in sessions {
-        assert!(s.attacker_notices().is_empty(), "{:?}", s.attacker_notices());
+        assert!(
+            s.attacker_notices().is_empty(),
+            "{:?}",
+            s.attacker_notices()
+        );
     }
-    let supers = root.count(
-        "SELECT count(*) FROM pg_catalog.pg_roles WHERE rolsuper AND rolname <> 'postgres'",
-    );
+    let supers = root
+        .count("SELECT count(*) FROM pg_catalog.pg_roles WHERE rolsuper AND rolname <> 'postgres'");
     assert_eq!(supers, 0, "a role became superuser");
     let log = std::fs::read_to_string(cluster.dir.join("server.log")).unwrap_or_default();
     assert!(
@@ -310,7 +384,10 @@ fn shadowed_functions_and_operators_never_run() {
             .arg("--tree")
             .arg(&corpus)
             .arg("--dsn")
-            .arg(format!("host=127.0.0.1 port={} user=carol dbname=shared", cluster.port))
+            .arg(format!(
+                "host=127.0.0.1 port={} user=carol dbname=shared",
+                cluster.port
+            ))
             .output()
             .unwrap();
         assert!(
@@ -371,7 +448,9 @@ fn shadowed_functions_and_operators_never_run() {
         &format!("SELECT count(*) FROM skills.keyopt_round WHERE round > {before} AND trigger = 'schedule'"),
         Duration::from_secs(60),
     );
-    carol.exec("INSERT INTO skills.skill (name, description) VALUES ('new-one', 'queued for a key')");
+    carol.exec(
+        "INSERT INTO skills.skill (name, description) VALUES ('new-one', 'queued for a key')",
+    );
     wait_until(
         &mut setup,
         "the embedder worker's round",
@@ -414,7 +493,9 @@ fn bounds_cannot_be_raised_by_set() {
     // Before the library is loaded in a session, SET only makes a placeholder, which Postgres
     // checks when the library defines the setting: that must not raise the bound either.
     let mut early = Session::connect(&cluster, "carol", "shared");
-    let _ = early.client.batch_execute("SET pg_skills.max_document_size = '100MB'");
+    let _ = early
+        .client
+        .batch_execute("SET pg_skills.max_document_size = '100MB'");
     early.assert_refused(
         "INSERT INTO skills.skill (name, instructions) VALUES ('huge', repeat('x', 2 * 1024 * 1024))",
         "54000",
@@ -437,11 +518,18 @@ fn bounds_cannot_be_raised_by_set() {
                 "42501",
             );
         }
-        for setting in ["pg_skills.worker_role", "pg_skills.embedder_threads", "pg_skills.fit_interval"] {
+        for setting in [
+            "pg_skills.worker_role",
+            "pg_skills.embedder_threads",
+            "pg_skills.fit_interval",
+        ] {
             who.assert_refused(&format!("SET {setting} = '1'"), "55P02");
         }
     }
-    carol.assert_refused("ALTER ROLE carol SET pg_skills.max_document_size = '100MB'", "42501");
+    carol.assert_refused(
+        "ALTER ROLE carol SET pg_skills.max_document_size = '100MB'",
+        "42501",
+    );
     mallory.assert_refused(
         "ALTER DATABASE shared SET pg_skills.max_document_size = '100MB'",
         "42501",
@@ -471,7 +559,8 @@ fn bounds_cannot_be_raised_by_set() {
     ] {
         alice.assert_refused(&format!("SELECT {f}"), "54000");
     }
-    let supers = alice.count("SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname <> 'postgres'");
+    let supers =
+        alice.count("SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname <> 'postgres'");
     assert_eq!(supers, 0);
 }
 
@@ -662,7 +751,8 @@ fn roles_grant_what_they_say() {
     );
     dave.assert_refused("ALTER TABLE skills.skill ADD COLUMN x int", "42501");
     dave.assert_refused("ALTER FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) RESET ALL", "42501");
-    let supers = dave.count("SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname <> 'postgres'");
+    let supers =
+        dave.count("SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname <> 'postgres'");
     assert_eq!(supers, 0);
 }
 
@@ -685,8 +775,14 @@ fn long_operations_are_cancelled_promptly() {
     );
     let long_text = "repeat('Tokenise this sentence, and this one too.\\n', 2000000)";
     let operations = [
-        ("counting prompt tokens", format!("SELECT skills.prompt_tokens({long_text})")),
-        ("BM25 analysis", format!("SELECT cardinality(skills.tokenize({long_text}))")),
+        (
+            "counting prompt tokens",
+            format!("SELECT skills.prompt_tokens({long_text})"),
+        ),
+        (
+            "BM25 analysis",
+            format!("SELECT cardinality(skills.tokenize({long_text}))"),
+        ),
         (
             "a huge document's token count",
             format!(
@@ -695,7 +791,10 @@ fn long_operations_are_cancelled_promptly() {
             ),
         ),
         ("the KeyOpt fit", "SELECT skills.fit()".to_string()),
-        ("building the skill graph", "SELECT * FROM skills.build_graph(semantic_threshold => 0.0)".to_string()),
+        (
+            "building the skill graph",
+            "SELECT * FROM skills.build_graph(semantic_threshold => 0.0)".to_string(),
+        ),
         (
             "k-means in CREATE INDEX",
             "CREATE INDEX ON public.many_keys USING skeys (k) WITH (lists = 1500)".to_string(),
@@ -715,12 +814,18 @@ fn long_operations_are_cancelled_promptly() {
         );
     }
     // pg_cancel_backend from another session.
-    let pid: i32 = root.client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let pid: i32 = root
+        .client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
     let dsn = cluster.dsn("shared");
     let canceller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(700));
         let mut other = postgres::Client::connect(&dsn, NoTls).unwrap();
-        other.execute("SELECT pg_cancel_backend($1)", &[&pid]).unwrap();
+        other
+            .execute("SELECT pg_cancel_backend($1)", &[&pid])
+            .unwrap();
         Instant::now()
     });
     let code = root.refused(&format!("SELECT skills.prompt_tokens({long_text})"));
@@ -779,7 +884,11 @@ fn corrupted_index_pages_give_errors() {
         // Copy 0 of each kind: the metapage; the others: random pages. Most flips land in
         // the first bytes of the content, where headers, counts and links live; copy 3 also
         // garbles the page header.
-        let page = if n < 2 { 0 } else { 1 + (rng.next_u64() as usize) % (pages - 1).max(1) };
+        let page = if n < 2 {
+            0
+        } else {
+            1 + (rng.next_u64() as usize) % (pages - 1).max(1)
+        };
         let (start, span) = match n % 4 {
             3 => (0, 8192),
             1 => (24, 8168),
@@ -819,7 +928,11 @@ fn corrupted_index_pages_give_errors() {
                 Err(e) => {
                     let code = e.code().map(|c| c.code().to_string());
                     assert!(code.is_some(), "{sql}: the connection broke: {e}");
-                    assert_ne!(code.as_deref(), Some("57014"), "{sql}: hung until the timeout");
+                    assert_ne!(
+                        code.as_deref(),
+                        Some("57014"),
+                        "{sql}: hung until the timeout"
+                    );
                     // Damage is reported as such (XX001 page, XX002 index; 55000 a metapage
                     // of another format), not as an internal error from an unchecked read.
                     assert!(
@@ -845,5 +958,8 @@ fn corrupted_index_pages_give_errors() {
         "a backend crashed (see {})",
         cluster.dir.display()
     );
-    assert!(errors > 0, "no corruption was noticed: the flips did not reach the indexes");
+    assert!(
+        errors > 0,
+        "no corruption was noticed: the flips did not reach the indexes"
+    );
 }

@@ -1,4 +1,4 @@
-//! Proof that KeyOpt learns (issue 6): a planted-truth simulation, then MetaTool and SkillsBench
+//! Proof that KeyOpt learns: a planted-truth simulation, then MetaTool and SkillsBench
 //! with simulated support runs, each compared with BM25, semantic and hybrid retrieval on queries
 //! the fit never saw.
 //!

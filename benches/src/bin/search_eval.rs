@@ -25,7 +25,7 @@ use std::time::Instant;
 use clap::Parser;
 use pg_skills_benches::eval::{distractors, hash, load, Dataset};
 use pg_skills_benches::metrics::{mean, query_metrics, Metrics, CUTOFF};
-use pg_skills_kernels::serving::SEARCH_METHODS as METHODS;
+use pg_skills_kernels::serving::SearchMethod;
 use postgres::{Client, NoTls};
 
 /// The budget of the constrained pass, in prompt tokens.
@@ -337,9 +337,9 @@ fn evaluate_folds(
     client: &mut Client,
     folds: &[(Vec<usize>, Vec<usize>)],
 ) -> Result<Vec<(&'static str, MethodRun, f64)>, Error> {
-    let mut runs: Vec<(&str, MethodRun, f64)> = METHODS
+    let mut runs: Vec<(&str, MethodRun, f64)> = SearchMethod::ALL
         .iter()
-        .map(|m| (*m, MethodRun::default(), 0.0))
+        .map(|m| (m.name(), MethodRun::default(), 0.0))
         .collect();
     for (support, test) in folds {
         record_support(client, data, loaded, support)?;
@@ -363,7 +363,7 @@ fn run(args: &Args) -> Result<Vec<String>, Error> {
     let mut admin = Client::connect(&args.dsn, NoTls)?;
     let mut violations = Vec::new();
     let started = Instant::now();
-    println!("## All search methods (issue 7), one harness run\n");
+    println!("## All search methods, one harness run\n");
     println!(
         "search_eval --seed {}; k = 10; constrained pass: k = 5, token_budget = {BUDGET}, min_score = the query's third score\n",
         args.seed

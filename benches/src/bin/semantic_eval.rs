@@ -1,4 +1,4 @@
-//! Semantic retrieval quality (issue 5): BM25 vs raw padded MiniLM keys vs compressed keys, on
+//! Semantic retrieval quality: BM25 vs raw padded MiniLM keys vs compressed keys, on
 //! queries no compressor saw in training, and the encoder's throughput.
 //!
 //! Splits (deterministic, by a hash of the query id):

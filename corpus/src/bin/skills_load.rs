@@ -43,7 +43,7 @@ struct Args {
     /// Keep skills that do not produce or guide code (benchmark corpora).
     #[arg(long)]
     no_code_filter: bool,
-    /// Connection string (key=value or postgresql:// URL); default from PGSKILLS_DSN,
+    /// Connection string (key=value or postgresql:// URL); default from PG_SKILLS_DSN,
     /// DATABASE_URL or PGHOST/PGPORT/PGUSER/PGDATABASE. TLS as libpq: sslmode=disable, prefer
     /// (the default; also from PGSSLMODE), require, verify-ca or verify-full, with
     /// sslrootcert=FILE or system for the verify modes.
@@ -61,7 +61,7 @@ struct Args {
 }
 
 fn default_dsn() -> String {
-    if let Ok(d) = std::env::var("PGSKILLS_DSN").or_else(|_| std::env::var("DATABASE_URL")) {
+    if let Ok(d) = std::env::var("PG_SKILLS_DSN").or_else(|_| std::env::var("DATABASE_URL")) {
         return d;
     }
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());

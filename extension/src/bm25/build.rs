@@ -9,10 +9,10 @@ use pgrx::prelude::*;
 
 use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize, merge_all};
 use pg_skills_kernels::bm25index::segment::SegmentBuilder;
-use pg_skills_kernels::bm25index::{IndexOptions, NoReaders};
+use pg_skills_kernels::bm25index::{IndexOptions, NoReaders, Tid};
 
-use super::{analyze_datum, options, tid_of};
-use crate::storage::{BufferStore, Mode, OrRaise};
+use super::{analyze_datum, options};
+use crate::storage::{BufferStore, OrRaise};
 
 // Phases shown in pg_stat_progress_create_index.subphase (1 is Postgres' "initializing").
 const PHASE_SCAN: i64 = 2;
@@ -28,7 +28,21 @@ struct BuildState<'a> {
     indexed: f64,
 }
 
+crate::am::build_callback!(build_callback, BuildState, add);
+
 impl BuildState<'_> {
+    fn add(&mut self, tid: Tid, value: pg_sys::Datum) {
+        let doc = analyze_datum(&self.options, value);
+        self.builder.add(tid, &doc);
+        self.indexed += 1.0;
+        if self.builder.memory_bytes() > self.memory_limit {
+            self.spill();
+        }
+        if (self.indexed as u64) % 1024 == 0 {
+            report(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, self.indexed as i64);
+        }
+    }
+
     fn spill(&mut self) {
         report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SPILL);
         let full = std::mem::replace(
@@ -49,9 +63,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     index: pg_sys::Relation,
     index_info: *mut pg_sys::IndexInfo,
 ) -> *mut pg_sys::IndexBuildResult {
-    let store = BufferStore::new(index, Mode::Build);
-    crate::am::check_build(
-        store.num_blocks(),
+    let store = crate::am::begin_build(
         index,
         index_info,
         "bm25",
@@ -70,15 +82,12 @@ pub unsafe extern "C-unwind" fn ambuild(
         indexed: 0.0,
     };
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
-    let heap_tuples = pg_sys::table_index_build_scan(
+    let heap_tuples = crate::am::index_build_scan(
         heap,
         index,
         index_info,
-        true,
-        true,
         Some(build_callback),
         &mut state as *mut BuildState as *mut c_void,
-        std::ptr::null_mut(),
     );
     if !state.builder.is_empty() {
         state.spill();
@@ -88,34 +97,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     pg_sys::IndexFreeSpaceMapVacuum(index);
     store.log_all();
 
-    let mut result = PgBox::<pg_sys::IndexBuildResult>::alloc0();
-    result.heap_tuples = heap_tuples;
-    result.index_tuples = state.indexed;
-    result.into_pg()
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn build_callback(
-    _index: pg_sys::Relation,
-    tid: pg_sys::ItemPointer,
-    values: *mut pg_sys::Datum,
-    isnull: *mut bool,
-    _tuple_is_alive: bool,
-    state: *mut c_void,
-) {
-    let state = &mut *(state as *mut BuildState);
-    if *isnull {
-        return;
-    }
-    let doc = analyze_datum(&state.options, *values);
-    state.builder.add(tid_of(&*tid), &doc);
-    state.indexed += 1.0;
-    if state.builder.memory_bytes() > state.memory_limit {
-        state.spill();
-    }
-    if (state.indexed as u64) % 1024 == 0 {
-        report(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, state.indexed as i64);
-    }
+    crate::am::build_result(heap_tuples, state.indexed)
 }
 
 /// The init fork of an unlogged index: an empty index.

@@ -3,33 +3,27 @@
 //! so startup cost is total cost.
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C-unwind" fn amcostestimate(
-    _root: *mut pg_sys::PlannerInfo,
-    path: *mut pg_sys::IndexPath,
-    _loop_count: f64,
-    startup: *mut pg_sys::Cost,
-    total: *mut pg_sys::Cost,
-    selectivity: *mut pg_sys::Selectivity,
-    correlation: *mut f64,
-    pages: *mut f64,
-) {
-    if crate::am::unserved_path(path, startup, total, selectivity, correlation, pages) {
-        return;
+use crate::am::PathCost;
+
+crate::am::amcostestimate!(top_k_cost);
+
+/// A top-k query reads the dictionary path of each query term and part of its postings:
+/// roughly logarithmic in the index plus a small fraction of it. (genericcostestimate would
+/// also charge the ORDER BY operator per row, which an index scan never evaluates.)
+fn top_k_cost(index_pages: f64, tuples: f64) -> PathCost {
+    // SAFETY: reads of the planner's cost settings on the backend's thread.
+    let (random_page, seq_page, index_tuple) = unsafe {
+        (
+            pg_sys::random_page_cost,
+            pg_sys::seq_page_cost,
+            pg_sys::cpu_index_tuple_cost,
+        )
+    };
+    PathCost {
+        cost: random_page * ((index_pages + 1.0).log2() + 1.0)
+            + seq_page * index_pages * 0.05
+            + index_tuple * tuples * 0.05,
+        pages: index_pages,
     }
-    // A top-k query reads the dictionary path of each query term and part of its postings:
-    // roughly logarithmic in the index plus a small fraction of it. (genericcostestimate would
-    // also charge the ORDER BY operator per row, which an index scan never evaluates.)
-    let info = (*path).indexinfo;
-    let index_pages = (*info).pages as f64;
-    let tuples = (*info).tuples.max(1.0);
-    let cost = pg_sys::random_page_cost * ((index_pages + 1.0).log2() + 1.0)
-        + pg_sys::seq_page_cost * index_pages * 0.05
-        + pg_sys::cpu_index_tuple_cost * tuples * 0.05;
-    *startup = cost;
-    *total = cost;
-    *pages = index_pages;
 }

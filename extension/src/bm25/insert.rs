@@ -7,35 +7,20 @@
 //! exclusively.
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
 use pg_skills_kernels::bm25index::append;
-use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
 use pg_skills_kernels::bm25index::maintenance::flush_append;
-use pg_skills_kernels::page::PageRead;
+use pg_skills_kernels::bm25index::Tid;
 
-use super::{analyze_datum, reading, tid_of, IndexLocks, MAINTENANCE_LOCK};
+use super::{analyze_datum, checked_meta, reading, IndexLocks, MAINTENANCE_LOCK};
 use crate::storage::{BufferStore, Mode, OrRaise};
 
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C-unwind" fn aminsert(
-    index: pg_sys::Relation,
-    values: *mut pg_sys::Datum,
-    isnull: *mut bool,
-    heap_tid: pg_sys::ItemPointer,
-    _heap: pg_sys::Relation,
-    _check_unique: pg_sys::IndexUniqueCheck::Type,
-    _index_unchanged: bool,
-    _index_info: *mut pg_sys::IndexInfo,
-) -> bool {
-    if *isnull {
-        return false;
-    }
+crate::am::aminsert!(insert_document);
+
+unsafe fn insert_document(index: pg_sys::Relation, value: pg_sys::Datum, tid: Tid) {
     let store = BufferStore::new(index, Mode::Logged);
-    let meta = Meta::read(&store.read(META_BLOCK)).or_raise(index);
-    let doc = analyze_datum(&meta.options, *values);
-    let tid = tid_of(&*heap_tid);
+    let meta = checked_meta(&store, index);
+    let doc = analyze_datum(&meta.options, value);
     if reading(index, &store, || append::insert(&store, tid, &doc)).or_raise(index) {
         let locks = IndexLocks(index);
         // Someone else merging (or VACUUM) will take care of it: never wait on the insert path.
@@ -44,5 +29,4 @@ pub unsafe extern "C-unwind" fn aminsert(
             locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
         }
     }
-    false
 }

@@ -3,7 +3,8 @@
 //! One file per phase, as pgvector does: `build.rs` (CREATE INDEX), `insert.rs`, `scan.rs`,
 //! `vacuum.rs`, `cost.rs`, `options.rs`; `crate::storage` maps the page trait onto buffers with
 //! generic WAL; `operator.rs` is the `<&>` operator a sequential scan evaluates, with the same
-//! scoring as the index.
+//! scoring as the index; `reference.rs` is `skills.bm25_scan`, the sequential reference scorer
+//! the index is tested against; `stats.rs` is `skills.bm25_index_stats`.
 //!
 //! Locks (heavyweight page locks on numbers that are not pages of data, as GIN does):
 //! - [`READERS_LOCK`]: a scan holds it shared while it computes a batch, an insert while it
@@ -16,7 +17,7 @@
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
-use pg_skills_kernels::bm25index::format::{Meta, Tid, META_BLOCK};
+use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
 use pg_skills_kernels::bm25index::{AnalyzedDoc, Exclusion, IndexOptions};
 use pg_skills_kernels::page::PageRead;
 use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
@@ -28,6 +29,7 @@ mod cost;
 mod insert;
 pub mod operator;
 pub mod options;
+pub mod reference;
 mod scan;
 mod stats;
 mod vacuum;
@@ -35,103 +37,16 @@ mod vacuum;
 pub const READERS_LOCK: pg_sys::BlockNumber = 0;
 pub const MAINTENANCE_LOCK: pg_sys::BlockNumber = 1;
 
-#[pg_extern(sql = "
-CREATE FUNCTION skills.bm25_handler(internal) RETURNS index_am_handler
-    PARALLEL SAFE IMMUTABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', '@FUNCTION_NAME@';
-CREATE ACCESS METHOD bm25 TYPE INDEX HANDLER skills.bm25_handler;
-COMMENT ON ACCESS METHOD bm25 IS 'pg_skills BM25 index over ARRAY[name, description, instructions]';
-")]
+/// The access method's handler; `CREATE ACCESS METHOD bm25` is in sql/bm25.sql (pgrx cannot
+/// write an `internal` argument).
+#[pg_extern(sql = false)]
 fn bm25_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRoutine> {
-    crate::am::ordering_am(1, |am| {
-        am.ambuild = Some(build::ambuild);
-        am.ambuildempty = Some(build::ambuildempty);
-        am.ambuildphasename = Some(build::ambuildphasename);
-        am.aminsert = Some(insert::aminsert);
-        am.ambulkdelete = Some(vacuum::ambulkdelete);
-        am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
-        am.amcostestimate = Some(cost::amcostestimate);
-        am.amoptions = Some(options::amoptions);
-        am.amvalidate = Some(amvalidate);
-        am.ambeginscan = Some(scan::ambeginscan);
-        am.amrescan = Some(scan::amrescan);
-        am.amgettuple = Some(scan::amgettuple);
-        am.amendscan = Some(scan::amendscan);
-    })
+    crate::am::ordering_am(1, |am| crate::am::phase_callbacks!(am))
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
-    true
-}
-
-/// Whether `index` is an index of access method `am`.
-pub fn is_index_of(index: pg_sys::Relation, am: &str) -> bool {
-    unsafe {
-        let name = pg_sys::get_am_name((*(*index).rd_rel).relam);
-        !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == am.as_bytes()
-    }
-}
-
-/// Opens `oid` (AccessShareLock) as an index of access method `am`, or raises a clear ERROR
-/// with `hint`. Close it with `relation_close(rel, AccessShareLock)`.
-///
-/// Functions given an index by name or OID (statistics, recall, a bm25query naming its index)
-/// read what the index holds, so the caller must be allowed to read the indexed table.
-pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation {
-    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    require_select_on_indexed_table(oid);
-    unsafe {
-        let rel = pg_sys::try_relation_open(oid, lock);
-        if rel.is_null() {
-            raise(
-                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-                format!("relation {} does not exist", oid.to_u32()),
-                Some(hint),
-            );
-        }
-        let is_index = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as std::ffi::c_char;
-        if !is_index || !is_index_of(rel, am) {
-            let name = relation_name(rel);
-            pg_sys::relation_close(rel, lock);
-            raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                format!("\"{name}\" is not a {am} index"),
-                Some(hint),
-            );
-        }
-        rel
-    }
-}
-
-/// ERROR 42501 unless the current user may SELECT from the table `index` indexes (checked
-/// before any lock is taken; an OID that is no index is left to the caller's checks).
-fn require_select_on_indexed_table(index: pg_sys::Oid) {
-    // SAFETY: syscache lookups on the backend's thread; missing_ok, so no ERROR of their own.
-    unsafe {
-        let table = pg_sys::IndexGetRelation(index, true);
-        if table == pg_sys::InvalidOid {
-            return;
-        }
-        let allowed = pg_sys::pg_class_aclcheck(table, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode);
-        if allowed != pg_sys::AclResult::ACLCHECK_OK {
-            let name = pg_sys::get_rel_name(table);
-            let name = if name.is_null() {
-                table.to_u32().to_string()
-            } else {
-                std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
-            };
-            raise(
-                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-                format!("permission denied for table {name}"),
-                Some("Reading an index's contents needs SELECT on its table (for pg_skills' own tables: GRANT skills_reader TO the role)."),
-            );
-        }
-    }
-}
-
-/// [`open_index_of`] for bm25 indexes.
+/// [`crate::am::open_index_of`] for bm25 indexes.
 pub fn open_bm25_index(oid: pg_sys::Oid) -> pg_sys::Relation {
-    open_index_of(
+    crate::am::open_index_of(
         oid,
         "bm25",
         "Build queries with skills.bm25query(query, index) naming a bm25 index.",
@@ -142,10 +57,6 @@ pub fn open_bm25_index(oid: pg_sys::Oid) -> pg_sys::Relation {
 pub fn checked_meta<S: PageRead>(store: &S, index: pg_sys::Relation) -> Meta {
     use crate::storage::OrRaise;
     Meta::read(&store.read(META_BLOCK)).or_raise(index)
-}
-
-pub fn relation_name(rel: pg_sys::Relation) -> String {
-    unsafe { pgrx::name_data_to_str(&(*(*rel).rd_rel).relname).to_string() }
 }
 
 /// Runs `f`, a read that follows the index's structure (a batch of results, statistics), so that
@@ -244,9 +155,4 @@ pub fn analyze_datum(options: &IndexOptions, datum: pg_sys::Datum) -> AnalyzedDo
             options.weights_array(),
         )
     })
-}
-
-pub fn tid_of(ptr: &pg_sys::ItemPointerData) -> Tid {
-    let (block, offset) = pgrx::itemptr::item_pointer_get_both(*ptr);
-    Tid { block, offset }
 }

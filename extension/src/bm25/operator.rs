@@ -8,11 +8,12 @@ use std::cell::RefCell;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::bm25index::{query_terms, try_prepare, IndexOptions, Scorer};
 
-use super::scan::decode_query;
 use super::{checked_meta, document_fields, with_analyzer};
+use crate::errors::raise;
 use crate::storage::{BufferStore, Mode, OrRaise};
 
 /// (index oid, query text, statement start, command id): what cached query state is valid for.
@@ -88,6 +89,23 @@ fn prepare_query(key: StatementKey) -> Prepared {
             terms,
             scorer,
         }
+    }
+}
+
+/// The (index, query) pair of a `skills.bm25query` datum.
+pub unsafe fn decode_query(datum: pg_sys::Datum) -> (pg_sys::Oid, String) {
+    let tuple = pgrx::heap_tuple::PgHeapTuple::from_composite_datum(datum);
+    let one = std::num::NonZeroUsize::new(1).unwrap();
+    let two = std::num::NonZeroUsize::new(2).unwrap();
+    let index = tuple.get_by_index::<pg_sys::Oid>(one).ok().flatten();
+    let query = tuple.get_by_index::<String>(two).ok().flatten();
+    match index {
+        Some(index) => (index, query.unwrap_or_default()),
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "bm25query has no index",
+            Some("Build queries with skills.bm25query(query, index)."),
+        ),
     }
 }
 

@@ -10,6 +10,7 @@ use pgrx::PgSqlErrorCode;
 use pg_skills_kernels::bm25::{Bm25Params, FieldWeights};
 use pg_skills_kernels::bm25index::IndexOptions;
 
+use crate::am::{parse_reloptions, relation_options, reloption};
 use crate::errors::raise;
 
 static KIND: AtomicU32 = AtomicU32::new(0);
@@ -94,76 +95,56 @@ pub unsafe extern "C-unwind" fn amoptions(
     reloptions: pg_sys::Datum,
     validate: bool,
 ) -> *mut pg_sys::bytea {
-    let entry = |name: &'static std::ffi::CStr, opttype, offset: usize| pg_sys::relopt_parse_elt {
-        optname: name.as_ptr(),
-        opttype,
-        offset: offset as c_int,
-    };
     use pg_sys::relopt_type::{RELOPT_TYPE_BOOL, RELOPT_TYPE_INT, RELOPT_TYPE_REAL};
+    use std::mem::offset_of;
     let table = [
-        entry(
-            c"k1",
-            RELOPT_TYPE_REAL,
-            std::mem::offset_of!(RawOptions, k1),
-        ),
-        entry(c"b", RELOPT_TYPE_REAL, std::mem::offset_of!(RawOptions, b)),
-        entry(
+        reloption(c"k1", RELOPT_TYPE_REAL, offset_of!(RawOptions, k1)),
+        reloption(c"b", RELOPT_TYPE_REAL, offset_of!(RawOptions, b)),
+        reloption(
             c"name_weight",
             RELOPT_TYPE_REAL,
-            std::mem::offset_of!(RawOptions, name_weight),
+            offset_of!(RawOptions, name_weight),
         ),
-        entry(
+        reloption(
             c"description_weight",
             RELOPT_TYPE_REAL,
-            std::mem::offset_of!(RawOptions, description_weight),
+            offset_of!(RawOptions, description_weight),
         ),
-        entry(
+        reloption(
             c"instructions_weight",
             RELOPT_TYPE_REAL,
-            std::mem::offset_of!(RawOptions, instructions_weight),
+            offset_of!(RawOptions, instructions_weight),
         ),
-        entry(
+        reloption(
             c"stemming",
             RELOPT_TYPE_BOOL,
-            std::mem::offset_of!(RawOptions, stemming),
+            offset_of!(RawOptions, stemming),
         ),
-        entry(
+        reloption(
             c"append_pages",
             RELOPT_TYPE_INT,
-            std::mem::offset_of!(RawOptions, append_pages),
+            offset_of!(RawOptions, append_pages),
         ),
     ];
-    pg_sys::build_reloptions(
-        reloptions,
-        validate,
-        KIND.load(Ordering::Relaxed),
-        std::mem::size_of::<RawOptions>(),
-        table.as_ptr(),
-        table.len() as c_int,
-    ) as *mut pg_sys::bytea
+    parse_reloptions::<RawOptions>(reloptions, validate, KIND.load(Ordering::Relaxed), &table)
 }
 
 /// The options of an index being built (defaults for those not given), validated as a whole.
 pub fn of_relation(index: pg_sys::Relation) -> IndexOptions {
-    // SAFETY: `rd_options` is NULL or the struct `amoptions` built for this relation.
-    let options = unsafe {
-        let raw = (*index).rd_options as *const RawOptions;
-        if raw.is_null() {
-            DEFAULTS
-        } else {
-            let r = &*raw;
-            IndexOptions {
-                k1: r.k1,
-                b: r.b,
-                weights: FieldWeights {
-                    name: r.name_weight,
-                    description: r.description_weight,
-                    instructions: r.instructions_weight,
-                },
-                stemming: r.stemming,
-                append_pages: r.append_pages as u32,
-            }
-        }
+    // SAFETY: RawOptions is what this access method's amoptions builds.
+    let options = match unsafe { relation_options::<RawOptions>(index) } {
+        None => DEFAULTS,
+        Some(r) => IndexOptions {
+            k1: r.k1,
+            b: r.b,
+            weights: FieldWeights {
+                name: r.name_weight,
+                description: r.description_weight,
+                instructions: r.instructions_weight,
+            },
+            stemming: r.stemming,
+            append_pages: r.append_pages as u32,
+        },
     };
     let params = Bm25Params {
         k1: options.k1,

@@ -55,7 +55,7 @@ fn bm25_scan(
         )
     });
     let mut allowed = HashSet::new();
-    crate::spi::connect(|client| -> Result<(), pgrx::spi::Error> {
+    crate::spi::try_read(|client| -> Result<(), pgrx::spi::Error> {
         let rows = client.select(
             "SELECT id, name, description, instructions, category::text FROM skills.skill",
             None,

@@ -9,17 +9,14 @@
 use std::collections::{HashSet, VecDeque};
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
 use pg_skills_kernels::bm25index::{all_documents, query_terms, try_prepare, DocTableCache, Tid};
-use pg_skills_kernels::page::PageRead;
 
-use super::{reading, with_analyzer};
+use super::{checked_meta, reading, with_analyzer};
 use crate::errors::raise;
 use crate::storage::{BufferStore, Mode, OrRaise};
 
@@ -35,7 +32,6 @@ struct ScanState {
     index_oid: u32,
     query: String,
     terms: Vec<String>,
-    ready: bool,
     batch: VecDeque<Tid>,
     returned: HashSet<Tid>,
     asked: usize,
@@ -43,51 +39,38 @@ struct ScanState {
     rest_done: bool,
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn ambeginscan(
-    index: pg_sys::Relation,
-    nkeys: std::ffi::c_int,
-    norderbys: std::ffi::c_int,
-) -> pg_sys::IndexScanDesc {
-    crate::am::begin_scan::<ScanState>(index, nkeys, norderbys)
-}
+crate::am::ordered_scan_callbacks!(ScanState);
 
-/// The (index, query) pair of a `skills.bm25query` datum.
-pub unsafe fn decode_query(datum: pg_sys::Datum) -> (pg_sys::Oid, String) {
-    let tuple = pgrx::heap_tuple::PgHeapTuple::from_composite_datum(datum);
-    let one = std::num::NonZeroUsize::new(1).unwrap();
-    let two = std::num::NonZeroUsize::new(2).unwrap();
-    let index = tuple.get_by_index::<pg_sys::Oid>(one).ok().flatten();
-    let query = tuple.get_by_index::<String>(two).ok().flatten();
-    match index {
-        Some(index) => (index, query.unwrap_or_default()),
-        None => raise(
-            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-            "bm25query has no index",
-            Some("Build queries with skills.bm25query(query, index)."),
-        ),
+impl crate::am::OrderedScan for ScanState {
+    const AM: &'static str = "bm25";
+    const USAGE: &'static str = "a bm25 index can only be scanned in ORDER BY doc <&> query order";
+
+    unsafe fn start(&mut self, index: pg_sys::Relation, key: Option<&pg_sys::ScanKeyData>) {
+        match key {
+            Some(key) => start_query(index, self, key.sk_argument),
+            // ORDER BY ... <&> NULL: nothing matches, every document follows with score 0.
+            None => self.matches_done = true,
+        }
+    }
+
+    unsafe fn next(&mut self, index: pg_sys::Relation) -> Option<Tid> {
+        loop {
+            if let Some(tid) = self.batch.pop_front() {
+                if self.returned.insert(tid) {
+                    return Some(tid);
+                }
+                continue;
+            }
+            if self.matches_done && self.rest_done {
+                return None;
+            }
+            next_batch(index, self);
+        }
     }
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn amrescan(
-    scan: pg_sys::IndexScanDesc,
-    _keys: pg_sys::ScanKey,
-    _nkeys: std::ffi::c_int,
-    orderbys: pg_sys::ScanKey,
-    norderbys: std::ffi::c_int,
-) {
-    let state = &mut *((*scan).opaque as *mut ScanState);
-    *state = ScanState::default();
-    let usage = "a bm25 index can only be scanned in ORDER BY doc <&> query order";
-    let Some(key) = crate::am::order_by_key(orderbys, norderbys, usage) else {
-        // ORDER BY ... <&> NULL: nothing matches, every document follows with score 0.
-        state.matches_done = true;
-        state.ready = true;
-        return;
-    };
-    let index = (*scan).indexRelation;
-    let (named, query) = decode_query(key.sk_argument);
+unsafe fn start_query(index: pg_sys::Relation, state: &mut ScanState, argument: pg_sys::Datum) {
+    let (named, query) = super::operator::decode_query(argument);
     if named != (*index).rd_id {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -102,12 +85,11 @@ pub unsafe extern "C-unwind" fn amrescan(
         );
     }
     let store = BufferStore::new(index, Mode::Logged);
-    let meta = Meta::read(&store.read(META_BLOCK)).or_raise(index);
+    let meta = checked_meta(&store, index);
     state.terms = with_analyzer(&meta.options, |a| query_terms(a, &query));
     state.index_oid = named.to_u32();
     state.query = query;
     state.matches_done = state.terms.is_empty();
-    state.ready = true;
 }
 
 unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
@@ -144,38 +126,4 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
             .extend(all.into_iter().filter(|t| !state.returned.contains(t)));
         state.rest_done = true;
     }
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn amgettuple(
-    scan: pg_sys::IndexScanDesc,
-    _direction: pg_sys::ScanDirection::Type,
-) -> bool {
-    crate::am::require_mvcc(scan, "bm25");
-    let state = &mut *((*scan).opaque as *mut ScanState);
-    if !state.ready {
-        raise(
-            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            "bm25 index scan used before amrescan",
-            None,
-        );
-    }
-    loop {
-        if let Some(tid) = state.batch.pop_front() {
-            if !state.returned.insert(tid) {
-                continue;
-            }
-            crate::am::return_tid(scan, tid.block, tid.offset);
-            return true;
-        }
-        if state.matches_done && state.rest_done {
-            return false;
-        }
-        next_batch((*scan).indexRelation, state);
-    }
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn amendscan(_scan: pg_sys::IndexScanDesc) {
-    // The state lives in the scan's memory context and is dropped with it.
 }

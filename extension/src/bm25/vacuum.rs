@@ -5,44 +5,22 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use pg_skills_kernels::bm25index::format::{Meta, META_BLOCK};
 use pg_skills_kernels::bm25index::maintenance::{bulk_delete, vacuum_cleanup};
-use pg_skills_kernels::page::PageRead;
 
-use super::{IndexLocks, MAINTENANCE_LOCK};
+use super::{checked_meta, IndexLocks, MAINTENANCE_LOCK};
+use crate::am::{stats_or_new, HeapIsDead};
 use crate::storage::{BufferStore, Mode, OrRaise};
 
-use crate::am::stats_or_new;
+crate::am::ambulkdelete!(mark_dead);
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn ambulkdelete(
-    info: *mut pg_sys::IndexVacuumInfo,
-    stats: *mut pg_sys::IndexBulkDeleteResult,
-    callback: pg_sys::IndexBulkDeleteCallback,
-    callback_state: *mut std::ffi::c_void,
-) -> *mut pg_sys::IndexBulkDeleteResult {
-    let index = (*info).index;
-    let stats = stats_or_new(stats);
+unsafe fn mark_dead(index: pg_sys::Relation, is_dead: &mut HeapIsDead) -> (u64, u64) {
     let store = BufferStore::new(index, Mode::Logged);
-    Meta::read(&store.read(META_BLOCK)).or_raise(index);
-    let callback = callback.expect("VACUUM passes a callback");
+    checked_meta(&store, index);
     let locks = IndexLocks(index);
     locks.lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
-    let mut calls = 0u64;
-    let counts = bulk_delete(&store, &mut |tid| {
-        calls += 1;
-        if calls % 256 == 0 {
-            pg_sys::vacuum_delay_point();
-        }
-        let mut ptr = pg_sys::ItemPointerData::default();
-        pgrx::itemptr::item_pointer_set_all(&mut ptr, tid.block, tid.offset);
-        callback(&mut ptr, callback_state)
-    })
-    .or_raise(index);
+    let counts = bulk_delete(&store, &mut |tid| is_dead.ask(tid)).or_raise(index);
     locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
-    (*stats).tuples_removed += counts.removed as f64;
-    (*stats).num_index_tuples = counts.remaining as f64;
-    stats
+    (counts.removed, counts.remaining)
 }
 
 #[pg_guard]
@@ -56,7 +34,7 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     let index = (*info).index;
     let stats = stats_or_new(stats);
     let store = BufferStore::new(index, Mode::Logged);
-    Meta::read(&store.read(META_BLOCK)).or_raise(index);
+    checked_meta(&store, index);
     let locks = IndexLocks(index);
     locks.lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
     let live = vacuum_cleanup(&store, &locks).or_raise(index);

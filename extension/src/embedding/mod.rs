@@ -101,9 +101,7 @@ pub fn encoder_pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
     *current = match built {
         Ok(pool) => Some((threads, Arc::new(pool))),
         Err(e) => {
-            warning!(
-                "pg_skills: could not start the encoder's threads ({e}); using rayon's"
-            );
+            warning!("pg_skills: could not start the encoder's threads ({e}); using rayon's");
             None
         }
     };
@@ -174,7 +172,7 @@ static COMPRESSOR: Mutex<Option<(i32, String, Option<Arc<Compressor>>)>> = Mutex
 
 /// The active compressor (None: raw keys) and its version; loaded once per version and sha256.
 pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
-    let row = crate::spi::connect(|client| {
+    let row = crate::spi::read(|client| {
         let rows = client.select(
             "SELECT version, sha256 FROM skills.compressor WHERE active",
             None,
@@ -188,8 +186,7 @@ pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
             ));
         }
         Ok::<_, pgrx::spi::Error>(out)
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     let Some((version, sha256)) = row else {
         return (None, None);
     };
@@ -199,7 +196,7 @@ pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
             return (Some(version), c.clone());
         }
     }
-    let weights: Vec<u8> = select_one(
+    let weights: Vec<u8> = crate::spi::select_one(
         "SELECT weights FROM skills.compressor WHERE version = $1",
         &[version.into()],
     )
@@ -239,26 +236,4 @@ fn compress(embedding: Vec<f32>) -> Vec<f32> {
     }
     let (_, active) = active_compressor();
     compressor::skill_key(active.as_deref(), &embedding)
-}
-
-/// The first column of the first row of a read-only query (None: no row or NULL).
-///
-/// `Spi::get_one` runs read-write and so assigns a transaction id, which a hot standby refuses
-/// ("cannot assign TransactionIds during recovery"): everything a search runs reads this way.
-pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
-    sql: &str,
-    args: &[pgrx::datum::DatumWithOid],
-) -> Option<T> {
-    crate::spi::connect(|client| {
-        let rows = client.select(sql, Some(1), args)?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        rows.first().get_one::<T>()
-    })
-    .unwrap_or_else(|e| spi_error(e))
-}
-
-pub fn spi_error(e: pgrx::spi::Error) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
 }

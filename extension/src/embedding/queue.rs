@@ -9,7 +9,7 @@ use pgrx::prelude::*;
 use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{document_text, Encoder, EncoderError};
 
-use super::{active_compressor, embed_texts, spi_error};
+use super::{active_compressor, embed_texts};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BatchOutcome {
@@ -28,7 +28,7 @@ fn take_batch(limit: i64) -> Vec<Queued> {
     // A read-write SPI call: pgrx runs statements read-only until the transaction has an xid,
     // and Postgres refuses FOR UPDATE in a read-only call (skills.embed_pending() as the first
     // statement of a transaction failed that way).
-    crate::spi::connect_mut(|client| {
+    crate::spi::write(|client| {
         let rows = client.update(
             "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
              FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
@@ -51,7 +51,6 @@ fn take_batch(limit: i64) -> Vec<Queued> {
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 /// Embeds `texts`; a text the encoder rejects gets its reason and the others still go through.
@@ -90,7 +89,7 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
     let results = embed_isolating(encoder, &texts)?;
     let (version, active) = active_compressor();
     let mut outcome = BatchOutcome::default();
-    crate::spi::connect_mut(|client| {
+    crate::spi::write(|client| {
         let mut done = Vec::new();
         for (queued, result) in batch.iter().zip(results) {
             match result {
@@ -147,8 +146,7 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
             ],
         )?;
         Ok::<_, pgrx::spi::Error>(())
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     Ok(outcome)
 }
 

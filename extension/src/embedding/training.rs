@@ -9,12 +9,12 @@ use pgrx::PgSqlErrorCode;
 use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, EMBEDDING_DIMS};
 
-use super::{embed_texts, encoder, raise_encoder_error, spi_error};
+use super::{embed_texts, encoder, raise_encoder_error};
 use crate::errors::raise;
 
 /// Query texts and skill ids of the pairs query, in order.
 fn read_pairs(pairs: &str) -> Vec<(String, i64)> {
-    crate::spi::connect(|client| {
+    crate::spi::try_read(|client| {
         let rows = client.select(pairs, None, &[])?;
         let mut out = Vec::new();
         for row in rows {
@@ -44,7 +44,7 @@ fn read_pairs(pairs: &str) -> Vec<(String, i64)> {
 
 /// e(doc) of each skill: the stored embedding when its content has not changed, else computed.
 fn skill_embeddings(ids: &[i64]) -> Vec<Vec<f32>> {
-    let rows: Vec<(i64, Option<Vec<f32>>, String)> = crate::spi::connect(|client| {
+    let rows: Vec<(i64, Option<Vec<f32>>, String)> = crate::spi::read(|client| {
         let rows = client.select(
             "SELECT s.id, k.embedding, s.name, s.description, s.instructions \
              FROM skills.skill AS s \
@@ -65,8 +65,7 @@ fn skill_embeddings(ids: &[i64]) -> Vec<Vec<f32>> {
             ));
         }
         Ok::<_, pgrx::spi::Error>(out)
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     let found: HashMap<i64, usize> = rows.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
     if let Some(missing) = ids.iter().find(|id| !found.contains_key(id)) {
         raise(

@@ -20,7 +20,8 @@ pub fn register() {
     crate::bgworker::register(WORKER_TYPE, "pg_skills_embedder_main");
 }
 
-enum Round {
+/// What one pass of the worker's loop found.
+enum Pass {
     Worked,
     Idle,
     Failed,
@@ -43,22 +44,22 @@ pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
         super::encoder_pool(super::configured_encoder_threads());
         let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
         wait = match BackgroundWorker::transaction(|| {
-            crate::bgworker::as_worker_role(WORKER_TYPE, one_round).unwrap_or(Round::Failed)
+            crate::bgworker::as_worker_role(WORKER_TYPE, one_pass).unwrap_or(Pass::Failed)
         }) {
-            Round::Worked => Duration::ZERO,
-            Round::Idle => (wait * 2).clamp(FIRST_IDLE_WAIT, naptime.max(FIRST_IDLE_WAIT)),
-            Round::Failed => naptime,
+            Pass::Worked => Duration::ZERO,
+            Pass::Idle => (wait * 2).clamp(FIRST_IDLE_WAIT, naptime.max(FIRST_IDLE_WAIT)),
+            Pass::Failed => naptime,
         };
     }
     log!("{WORKER_TYPE}: exiting");
 }
 
-fn one_round() -> Round {
+fn one_pass() -> Pass {
     let installed = crate::bgworker::extension_installed();
     if !installed {
-        return Round::Idle;
+        return Pass::Idle;
     }
-    let pending = crate::spi::get_one::<bool>(
+    let pending = crate::spi::try_get_one::<bool>(
         "SELECT EXISTS (SELECT FROM skills.embed_queue WHERE failed_reason IS NULL)",
     )
     .ok()
@@ -71,15 +72,15 @@ fn one_round() -> Round {
         Ok(e) => e,
         Err(e) => {
             record_error(&e.to_string());
-            return Round::Failed;
+            return Pass::Failed;
         }
     };
     match super::queue::embed_batch(&encoder, guc::EMBEDDER_BATCH_SIZE.get() as i64) {
-        Ok(outcome) if outcome.embedded + outcome.failed > 0 => Round::Worked,
-        Ok(_) => Round::Idle,
+        Ok(outcome) if outcome.embedded + outcome.failed > 0 => Pass::Worked,
+        Ok(_) => Pass::Idle,
         Err(e) => {
             record_error(&e.to_string());
-            Round::Failed
+            Pass::Failed
         }
     }
 }
@@ -87,9 +88,9 @@ fn one_round() -> Round {
 /// Once the queue is drained, the skill graph's automatic edges are rebuilt if keys changed
 /// since the last build (`skills.build_graph()`, the default thresholds): the graph follows
 /// the skills without anyone calling it.
-fn rebuild_stale_graph() -> Round {
-    let stale = crate::spi::get_one::<bool>(
-        // max() reads the end of skill_key_embedded_at: this runs every idle round, and a
+fn rebuild_stale_graph() -> Pass {
+    let stale = crate::spi::try_get_one::<bool>(
+        // max() reads the end of skill_key_embedded_at: this runs every idle pass, and a
         // join with an OR scanned every key whenever the graph was up to date.
         "SELECT (SELECT max(embedded_at) FROM skills.skill_key) \
                 > coalesce((SELECT built_at FROM skills.graph_state), '-infinity')",
@@ -98,26 +99,26 @@ fn rebuild_stale_graph() -> Round {
     .flatten()
     .unwrap_or(false);
     if !stale {
-        return Round::Idle;
+        return Pass::Idle;
     }
-    match crate::spi::get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
+    match crate::spi::try_get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
         Ok(edges) => {
             log!(
                 "{WORKER_TYPE}: rebuilt the skill graph ({} edges)",
                 edges.unwrap_or(0)
             );
-            Round::Worked
+            Pass::Worked
         }
         Err(e) => {
             record_error(&format!("rebuilding the skill graph: {e}"));
-            Round::Failed
+            Pass::Failed
         }
     }
 }
 
 fn record_error(message: &str) {
     warning!("{WORKER_TYPE}: {message}");
-    let _ = crate::spi::run_with_args(
+    let _ = crate::spi::try_run(
         "UPDATE skills.embedder_progress SET last_error = $1, last_error_at = now()",
         &[message.into()],
     );

@@ -14,7 +14,7 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 use crate::errors::raise;
 use crate::fmgr::{arg, v1_function};
 
-/// Dimensions of every skill key (DESIGN.md: pad512 of a 384-d sentence embedding).
+/// Dimensions of every skill key: a 384-d sentence embedding padded with zeros to 512.
 pub const KEY_DIM: usize = 512;
 /// The varlena header (4 bytes), the dimension count (u16) and two reserved bytes.
 const HEADER: usize = 4 + 4;
@@ -102,7 +102,7 @@ pub fn checked_key(values: impl ExactSizeIterator<Item = f64>) -> Vec<f16> {
         raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
             format!("a skill key has {KEY_DIM} dimensions, not {}", values.len()),
-            Some("Pad shorter embeddings with zeros to 512 values (DESIGN.md: pad512)."),
+            Some("Pad shorter embeddings with zeros to 512 values."),
         );
     }
     let mut out = Vec::with_capacity(KEY_DIM);

@@ -1,7 +1,7 @@
 //! KeyOpt in SQL (`pg_skills_kernels::keyopt` does the arithmetic):
 //!
-//! - [`fit_round`] / `skills.keyopt_fit`: reads the recorded runs and current skill keys, fits,
-//!   and writes a round (`skills.keyopt_round`, `skills.keyopt_skill`), publishing it in the
+//! - [`fit`] (`skills.fit`): reads the recorded runs and current skill keys, fits (the
+//!   arithmetic is `pg_skills_kernels::keyopt::fit`), and writes a round (`skills.keyopt_round`, `skills.keyopt_skill`), publishing it in the
 //!   caller's transaction so readers see the old round or the new one, never a mix;
 //! - [`rank`]: `skills.keyopt_rank`, the KeyOpt reading behind `skills.search(..., method =>
 //!   'keyopt')` and `skills.keyopt_score`;
@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use pg_skills_kernels::keyopt::fit::{fit, FitOptions, SupportEvent};
+use pg_skills_kernels::keyopt::fit::{self as fitting, FitOptions, SupportEvent};
 use pg_skills_kernels::keyopt::{pack, packed_len, Arm};
 use pg_skills_kernels::vector::KEY_DIM;
 
-use crate::embedding::spi_error;
 use crate::errors::raise;
 
+pub mod batch;
 pub mod rank;
 pub mod relevance;
 pub mod worker;
@@ -39,7 +39,7 @@ fn stable_hash(parts: &[&str]) -> u64 {
 
 /// Skills with a current key: (id, content_hash, k0).
 fn current_keys() -> Vec<(i64, String, Vec<f32>)> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let rows = client.select(
             "SELECT k.skill_id, s.content_hash, k.k0::real[] \
              FROM skills.skill_key AS k JOIN skills.skill AS s \
@@ -58,7 +58,6 @@ fn current_keys() -> Vec<(i64, String, Vec<f32>)> {
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 struct RecordedRun {
@@ -72,7 +71,7 @@ struct RecordedRun {
 
 /// Every run up to now with its usable arms (not stale, content still current).
 fn recorded_runs() -> Vec<RecordedRun> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let rows = client.select(
             "SELECT e.id, e.task_key::real[], e.task, coalesce(e.source_group, e.task), \
                     e.executor, coalesce(e.budget::text, ''), \
@@ -103,13 +102,20 @@ fn recorded_runs() -> Vec<RecordedRun> {
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
-/// Fits a round from every usable run and stores it; `activate` publishes it. Returns the round.
-pub fn fit_round(trigger: &str, activate: bool) -> i32 {
-    crate::spi::run_with_args("SELECT pg_advisory_xact_lock($1)", &[FIT_LOCK.into()])
-        .unwrap_or_else(|e| spi_error(e));
+/// `skills.fit(trigger, activate)`: fits a round from every usable run and stores it, labelled
+/// `trigger` (the fitter worker's say "schedule"); `activate` publishes it. Returns the round.
+#[pg_extern(volatile)]
+pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, true)) -> i32 {
+    if trigger.trim().is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "a round needs a trigger label",
+            Some("Call skills.fit(), or name what fitted it: skills.fit('nightly')."),
+        );
+    }
+    crate::spi::run("SELECT pg_advisory_xact_lock($1)", &[FIT_LOCK.into()]);
     let keys = current_keys();
     let runs = recorded_runs();
     let index: HashMap<i64, usize> = keys.iter().enumerate().map(|(i, k)| (k.0, i)).collect();
@@ -168,12 +174,12 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
         .collect();
     let skill_keys: Vec<Vec<f32>> = keys.iter().map(|k| k.2.clone()).collect();
     pg_sys::check_for_interrupts!();
-    let fitted = fit(&skill_keys, &events, &FitOptions::default());
+    let fitted = fitting::fit(&skill_keys, &events, &FitOptions::default());
     pg_sys::check_for_interrupts!();
     let max_event = runs.iter().map(|r| r.id).max();
     let mut report = fitted.report.to_json();
     report["skills"] = keys.len().into();
-    let round: i32 = crate::spi::get_one_with_args(
+    let round: i32 = crate::spi::write_one(
         "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger, \
                                           relevance_function) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING round",
@@ -187,7 +193,6 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
             function.clone().into(),
         ],
     )
-    .unwrap_or_else(|e| spi_error(e))
     .expect("RETURNING");
     // Rows in batches of arrays: one INSERT per 1,000 skills.
     for chunk in (0..keys.len()).collect::<Vec<_>>().chunks(1000) {
@@ -202,7 +207,7 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
                 row.iter().flat_map(|v| v.to_le_bytes()).collect()
             })
             .collect();
-        crate::spi::run_with_args(
+        crate::spi::run(
             "INSERT INTO skills.keyopt_skill (round, skill_id, content_hash, beta, packed) \
              SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::real[], $5::bytea[])",
             &[
@@ -212,12 +217,10 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
                 betas.into(),
                 packed.into(),
             ],
-        )
-        .unwrap_or_else(|e| spi_error(e));
+        );
     }
     if activate {
-        crate::spi::run_with_args("SELECT skills.use_round($1)", &[round.into()])
-            .unwrap_or_else(|e| spi_error(e));
+        crate::spi::run("SELECT skills.use_round($1)", &[round.into()]);
     }
     pgrx::log!(
         "pg_skills: KeyOpt round {round} ({trigger}): {} runs, {} discordant and {} tied tasks; cross-validation chose {}; ρ {:.3}; r from {}",
@@ -229,17 +232,4 @@ pub fn fit_round(trigger: &str, activate: bool) -> i32 {
         function.as_deref().unwrap_or("the key inner product")
     );
     round
-}
-
-/// `skills.fit()` and the worker: fit, store, and (with `activate`) publish a round.
-#[pg_extern(volatile)]
-fn keyopt_fit(trigger: &str, activate: bool) -> i32 {
-    if trigger.trim().is_empty() {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "a round needs a trigger label",
-            Some("Call skills.fit()."),
-        );
-    }
-    fit_round(trigger, activate)
 }

@@ -23,7 +23,7 @@ use pg_skills_kernels::keyopt::{packed_len, read_row, Arm, Parts, QueryKey, Sett
 use pg_skills_kernels::vector::KEY_DIM;
 
 use super::relevance;
-use crate::embedding::{query_key_values, spi_error};
+use crate::embedding::query_key_values;
 
 struct ActiveRound {
     round: i32,
@@ -38,7 +38,7 @@ struct ActiveRound {
 }
 
 fn active_round() -> Option<ActiveRound> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let rows = client.select(
             "SELECT round, rho, mu, settings, max_event_id, \
                     coalesce((report ->> 'corrections')::boolean, false), relevance_function \
@@ -67,12 +67,11 @@ fn active_round() -> Option<ActiveRound> {
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 /// (skill id, content hash, semantic score) rows of a candidate query.
 fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String, f32)> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let rows = client.select(sql, None, args)?;
         let mut out = Vec::new();
         for row in rows {
@@ -84,7 +83,6 @@ fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 const CANDIDATE_SELECT: &str =
@@ -93,7 +91,7 @@ const CANDIDATE_SELECT: &str =
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let rows = client.select(
             "WITH near AS ( \
                  SELECT e.id, -(e.task_key OPERATOR(skills.<#>) skills.key($1))::float8 AS sim \
@@ -128,12 +126,11 @@ pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)>
         }
         Ok::<_, pgrx::spi::Error>(out.into_iter().map(|(_, s, a)| (s, a)).collect())
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 /// Packed rows of `ids` in `round`: id → (content hash, floats).
 fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let rows = client.select(
             "SELECT skill_id, content_hash, packed FROM skills.keyopt_skill \
              WHERE round = $1 AND skill_id = ANY($2)",
@@ -156,7 +153,6 @@ fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 /// KeyOpt ranking of `query`: best first, at most `k` rows (all keyed skills when NULL), within
@@ -205,15 +201,36 @@ pub fn ranked(
     depth: Option<usize>,
     only: Option<Vec<i64>>,
 ) -> Vec<(i64, Parts, bool)> {
+    ranked_from(query, key, categories, k, depth, only, None)
+}
+
+/// How many first-stage candidates [`ranked`] reads for `k` results and `depth` rows.
+pub fn first_stage_depth(k: Option<usize>, depth: Option<usize>) -> Option<usize> {
+    depth.map(|d| d.max(k.unwrap_or(0).max(10)))
+}
+
+/// [`ranked`], with the first stage (the semantic candidates: skill id, current content hash, r,
+/// best first, as many as [`first_stage_depth`] says) computed already when `first_stage` is
+/// given (`skills.keyopt_rank_batch` computes it for many queries at once).
+pub fn ranked_from(
+    query: &str,
+    key: Vec<f32>,
+    categories: Option<Vec<String>>,
+    k: Option<usize>,
+    depth: Option<usize>,
+    only: Option<Vec<i64>>,
+    first_stage: Option<Vec<(i64, String, f32)>>,
+) -> Vec<(i64, Parts, bool)> {
     let round = active_round();
     let pool_size = k.unwrap_or(0).max(10);
-    let read = depth.map(|d| d.max(pool_size));
-    let semantic: Vec<(i64, String, f32)> = match &only {
-        Some(ids) => candidates(
+    let read = first_stage_depth(k, depth);
+    let semantic: Vec<(i64, String, f32)> = match (&only, first_stage) {
+        (None, Some(computed)) => computed,
+        (Some(ids), _) => candidates(
             &format!("{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1"),
             &[key.clone().into(), ids.clone().into()],
         ),
-        None => candidates(
+        (None, None) => candidates(
             &format!(
                 "{CANDIDATE_SELECT} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
                  ORDER BY k.k0 OPERATOR(skills.<#>) skills.key($1), k.skill_id LIMIT $3"

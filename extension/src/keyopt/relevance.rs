@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use pgrx::PgSqlErrorCode;
 
-use crate::embedding::{select_one, spi_error};
 use crate::errors::raise;
+use crate::spi::select_one;
 
 const SIGNATURE_HINT: &str = "Create a function (query text, skill_ids bigint[]) RETURNS TABLE \
      (skill_id bigint, score double precision) returning one row per id and name it with its \
@@ -68,8 +68,10 @@ pub fn for_round(recorded: Option<&str>, round: i32) -> Option<String> {
              pg_skills.relevance_function does not name (it names {})",
             allowed.as_deref().unwrap_or("none")
         ),
-        Some("A superuser sets pg_skills.relevance_function to that function; or fit a new round \
-              (skills.fit()) or activate another one (skills.use_round(n))."),
+        Some(
+            "A superuser sets pg_skills.relevance_function to that function; or fit a new round \
+              (skills.fit()) or activate another one (skills.use_round(n)).",
+        ),
     )
 }
 
@@ -93,14 +95,13 @@ pub fn scores(function: &str, query: &str, ids: &[i64]) -> HashMap<i64, f32> {
     let sql = format!(
         "SELECT s.skill_id::bigint, s.score::float8 FROM {name}($1::text, $2::bigint[]) AS s(skill_id, score)"
     );
-    let rows: Vec<(Option<i64>, Option<f64>)> = crate::spi::connect(|client| {
+    let rows: Vec<(Option<i64>, Option<f64>)> = crate::spi::read(|client| {
         let mut out = Vec::new();
         for row in client.select(&sql, None, &[query.into(), ids.to_vec().into()])? {
             out.push((row.get::<i64>(1)?, row.get::<f64>(2)?));
         }
         Ok::<_, pgrx::spi::Error>(out)
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     let mut out = HashMap::with_capacity(ids.len());
     for (id, score) in rows {
         if let (Some(id), Some(score)) = (id, score) {

@@ -39,7 +39,7 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
         BackgroundWorker::transaction(|| {
             crate::bgworker::as_worker_role(WORKER_TYPE, || {
                 if due(interval) {
-                    super::fit_round("schedule", true);
+                    super::fit("schedule", true);
                 }
             })
         });
@@ -52,7 +52,7 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
 fn due(interval: i32) -> bool {
     let installed = crate::bgworker::extension_installed();
     installed
-        && crate::spi::get_one_with_args::<bool>(
+        && crate::spi::try_get_one_with_args::<bool>(
             "SELECT EXISTS (SELECT FROM skills.event AS e WHERE e.id > coalesce( \
                      (SELECT r.max_event_id FROM skills.keyopt_round AS r WHERE r.active), 0)) \
                  AND coalesce((SELECT max(r.created_at) FROM skills.keyopt_round AS r), '-infinity') \

@@ -11,8 +11,6 @@ use pgrx::prelude::*;
 
 use pg_skills_corpus::skill::prompt_tokens;
 
-use crate::embedding::spi_error;
-
 use super::{limits, served, Request};
 
 struct Document {
@@ -25,7 +23,7 @@ struct Document {
 }
 
 fn documents(ids: &[i64]) -> HashMap<i64, Document> {
-    crate::spi::connect(|client| {
+    crate::spi::read(|client| {
         let mut out = HashMap::new();
         for row in client.select(
             "SELECT id, name, description, instructions, version, content_hash, \
@@ -50,7 +48,6 @@ fn documents(ids: &[i64]) -> HashMap<i64, Document> {
         }
         Ok::<_, pgrx::spi::Error>(out)
     })
-    .unwrap_or_else(|e| spi_error(e))
 }
 
 fn section(id: i64, d: &Document) -> String {
@@ -108,7 +105,11 @@ fn served_sections(
         }
         ranked
             .iter()
-            .map(|r| sections.get(&r.id).map_or(0, |s| prompt_tokens(&s.text) as u64))
+            .map(|r| {
+                sections
+                    .get(&r.id)
+                    .map_or(0, |s| prompt_tokens(&s.text) as u64)
+            })
             .collect()
     });
     let mut kept = rows.len();
@@ -127,7 +128,11 @@ fn served_sections(
     }
     rows[..kept]
         .iter()
-        .map(|(r, _)| sections.remove(&r.id).expect("every served row was rendered"))
+        .map(|(r, _)| {
+            sections
+                .remove(&r.id)
+                .expect("every served row was rendered")
+        })
         .collect()
 }
 

@@ -17,7 +17,6 @@ use pg_skills_kernels::graph::trace::{skilltrace, TraceParams};
 use pg_skills_kernels::graph::{Edge, SkillGraph, WalkParams};
 use pg_skills_kernels::keyopt::memory::{Neighbour, NEIGHBOURS};
 
-use crate::embedding::spi_error;
 use crate::guc;
 
 type CacheKey = (i64, String, u64);
@@ -27,7 +26,7 @@ thread_local! {
 }
 
 fn cache_key() -> CacheKey {
-    let (version, xmin) = crate::spi::connect(|client| {
+    let (version, xmin) = crate::spi::read(|client| {
         let row = client
             .select(
                 "SELECT version, xmin::text FROM skills.graph_state",
@@ -39,8 +38,7 @@ fn cache_key() -> CacheKey {
             row.get::<i64>(1)?.unwrap_or(0),
             row.get::<String>(2)?.unwrap_or_default(),
         ))
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     (version, xmin, guc::GRAPH_REVERSE_WEIGHT.get().to_bits())
 }
 
@@ -55,7 +53,7 @@ pub fn skill_graph() -> Rc<SkillGraph> {
     }) {
         return graph;
     }
-    let edges: Vec<Edge> = crate::spi::connect(|client| {
+    let edges: Vec<Edge> = crate::spi::read(|client| {
         let mut out = Vec::new();
         for row in client.select(
             "SELECT from_skill, to_skill, weight::float8 FROM skills.edge",
@@ -69,8 +67,7 @@ pub fn skill_graph() -> Rc<SkillGraph> {
             });
         }
         Ok::<_, pgrx::spi::Error>(out)
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     let graph = Rc::new(SkillGraph::new(&edges, guc::GRAPH_REVERSE_WEIGHT.get()));
     CACHE.with(|c| *c.borrow_mut() = Some((key, graph.clone())));
     graph
@@ -109,7 +106,7 @@ fn rule_edges() -> TableIterator<
         name!(rule, String),
     ),
 > {
-    let docs: Vec<(i64, String, String)> = crate::spi::connect(|client| {
+    let docs: Vec<(i64, String, String)> = crate::spi::read(|client| {
         let mut out = Vec::new();
         for row in client.select(
             "SELECT id, name, description || E'\\n\\n' || instructions FROM skills.skill ORDER BY id",
@@ -123,8 +120,7 @@ fn rule_edges() -> TableIterator<
             ));
         }
         Ok::<_, pgrx::spi::Error>(out)
-    })
-    .unwrap_or_else(|e| spi_error(e));
+    });
     let documents: Vec<Document> = docs
         .iter()
         .map(|(id, name, text)| Document {

@@ -378,7 +378,14 @@ mod tests {
         }
         assert_eq!(encoder.token_ids(&long).unwrap().len(), MAX_TOKENS);
         // The prefix the tokenizer reads gives the tokens of the whole text, truncated.
-        let whole = |t: &str| encoder.tokenizer.encode(t, true).unwrap().get_ids().to_vec();
+        let whole = |t: &str| {
+            encoder
+                .tokenizer
+                .encode(t, true)
+                .unwrap()
+                .get_ids()
+                .to_vec()
+        };
         let mixed = "Ünïcode, punctuation! and\tdigits 42 x\u{1}y ".repeat(400);
         assert!(model_prefix(&mixed).len() < mixed.len());
         assert_eq!(encoder.token_ids(&mixed).unwrap(), whole(&mixed));
@@ -392,7 +399,13 @@ mod tests {
         assert_eq!(prefix.split_whitespace().count(), MAX_TOKENS);
         // Words without a letter or digit are not counted (they may give no token).
         let noise = "\u{1} ".repeat(1000) + &"w ".repeat(300);
-        assert_eq!(model_prefix(&noise).split_whitespace().filter(|w| w == &"w").count(), MAX_TOKENS);
+        assert_eq!(
+            model_prefix(&noise)
+                .split_whitespace()
+                .filter(|w| w == &"w")
+                .count(),
+            MAX_TOKENS
+        );
         // No white space: cut at the byte bound, on a character boundary.
         let flat = "é".repeat(MAX_PREFIX_BYTES);
         let cut = model_prefix(&flat);

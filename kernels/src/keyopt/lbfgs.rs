@@ -146,6 +146,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_iteration_is_a_cancellation_point() {
+        let mut x = [5.0f64, -3.0];
+        let checks = crate::interrupt::tests::checks_made(|| {
+            minimize(
+                &mut x,
+                |x, g| {
+                    g[0] = 2.0 * (x[0] - 1.0);
+                    g[1] = 8.0 * (x[1] + 2.0);
+                    (x[0] - 1.0).powi(2) + 4.0 * (x[1] + 2.0).powi(2)
+                },
+                100,
+                1e-12,
+                4,
+            );
+        });
+        assert!(checks >= 2, "one check per L-BFGS iteration: {checks}");
+    }
+
+    #[test]
     fn finds_the_minimum_of_an_ill_conditioned_quadratic() {
         // f(x) = sum_i c_i (x_i - i)^2 with curvatures over two orders of magnitude.
         let n = 50;

@@ -1,4 +1,4 @@
-//! KeyOpt (the CompSkill seed; DESIGN.md "Retrieval" and "Fitting"): per-skill corrections
+//! KeyOpt (the CompSkill method; docs/architecture.md, "KeyOpt"): per-skill corrections
 //! learned from reported execution outcomes, read at query time with two inner products and a
 //! clip per candidate.
 //!
@@ -16,6 +16,9 @@
 //! correction is exactly 0 and S ranks as r alone. Per skill the round stores `[k0; Δk; β]`
 //! (2·512 + 1 = 1,025 floats) contiguously ([`pack`], [`read_row`]).
 
+pub mod batch;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod fit;
 pub mod lbfgs;
 pub mod memory;

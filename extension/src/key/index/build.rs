@@ -18,10 +18,10 @@ use pg_skills_kernels::kmeans;
 use pg_skills_kernels::layout::Tid;
 use pg_skills_kernels::rng::SplitMix64;
 
-use super::{metric_of_index, options, tid_of};
+use super::{metric_of_index, options};
 use crate::errors::raise;
 use crate::key::datatype::{Key, KEY_DIM};
-use crate::storage::{BufferStore, Mode, OrRaise};
+use crate::storage::{BufferStore, OrRaise};
 
 const PHASE_SAMPLE: i64 = 2;
 const PHASE_TRAIN: i64 = 3;
@@ -74,39 +74,13 @@ impl AssignState<'_> {
     }
 }
 
-unsafe fn scan(
-    heap: pg_sys::Relation,
-    index: pg_sys::Relation,
-    index_info: *mut pg_sys::IndexInfo,
-    callback: pg_sys::IndexBuildCallback,
-    state: *mut c_void,
-) -> f64 {
-    pg_sys::table_index_build_scan(
-        heap,
-        index,
-        index_info,
-        true,
-        true,
-        callback,
-        state,
-        std::ptr::null_mut(),
-    )
-}
-
 #[pg_guard]
 pub unsafe extern "C-unwind" fn ambuild(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,
     index_info: *mut pg_sys::IndexInfo,
 ) -> *mut pg_sys::IndexBuildResult {
-    let store = BufferStore::new(index, Mode::Build);
-    crate::am::check_build(
-        store.num_blocks(),
-        index,
-        index_info,
-        "skeys",
-        "Index one skills.key column.",
-    );
+    let store = crate::am::begin_build(index, index_info, "skeys", "Index one skills.key column.");
     let metric = metric_of_index(index);
     // A fixed seed: the same rows give the same index (reproducible plans and results). The
     // build id only has to differ between builds, for the backends' centroid caches.
@@ -122,7 +96,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         seen: 0,
         rng: SplitMix64(seed),
     };
-    scan(
+    crate::am::index_build_scan(
         heap,
         index,
         index_info,
@@ -185,7 +159,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         keys: Vec::new(),
         done: 0,
     };
-    let heap_tuples = scan(
+    let heap_tuples = crate::am::index_build_scan(
         heap,
         index,
         index_info,
@@ -197,79 +171,61 @@ pub unsafe extern "C-unwind" fn ambuild(
     assign.loader.finish();
     store.log_all();
 
-    let mut result = PgBox::<pg_sys::IndexBuildResult>::alloc0();
-    result.heap_tuples = heap_tuples;
-    result.index_tuples = indexed as f64;
-    result.into_pg()
+    crate::am::build_result(heap_tuples, indexed as f64)
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn sample_callback(
-    _index: pg_sys::Relation,
-    _tid: pg_sys::ItemPointer,
-    values: *mut pg_sys::Datum,
-    isnull: *mut bool,
-    _tuple_is_alive: bool,
-    state: *mut c_void,
-) {
-    let state = &mut *(state as *mut SampleState);
-    if *isnull {
-        return;
-    }
-    state.seen += 1;
-    // Algorithm R: the i-th key replaces a random slot with probability capacity / i.
-    let slot = if (state.sample.len() / KEY_DIM) < state.capacity {
-        None
-    } else {
-        let r = state.rng.below(state.seen) as usize;
-        if r >= state.capacity {
-            return;
-        }
-        Some(r)
-    };
-    let key = Key::from_datum(*values);
-    let mut scratch = Vec::new();
-    let values = key.values(&mut scratch);
-    match slot {
-        None => state.sample.extend(values.iter().map(|x| x.to_f32())),
-        Some(r) => {
-            for (d, x) in values.iter().enumerate() {
-                state.sample[r * KEY_DIM + d] = x.to_f32();
+crate::am::build_callback!(sample_callback, SampleState, add);
+crate::am::build_callback!(assign_callback, AssignState, add);
+
+impl SampleState {
+    /// Algorithm R: the i-th key replaces a random slot with probability capacity / i.
+    fn add(&mut self, _tid: Tid, value: pg_sys::Datum) {
+        self.seen += 1;
+        let slot = if (self.sample.len() / KEY_DIM) < self.capacity {
+            None
+        } else {
+            let r = self.rng.below(self.seen) as usize;
+            if r >= self.capacity {
+                return;
+            }
+            Some(r)
+        };
+        // SAFETY: a non-NULL value of the indexed skills.key column, from the heap scan.
+        let key = unsafe { Key::from_datum(value) };
+        let mut scratch = Vec::new();
+        let values = key.values(&mut scratch);
+        match slot {
+            None => self.sample.extend(values.iter().map(|x| x.to_f32())),
+            Some(r) => {
+                for (d, x) in values.iter().enumerate() {
+                    self.sample[r * KEY_DIM + d] = x.to_f32();
+                }
             }
         }
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn assign_callback(
-    _index: pg_sys::Relation,
-    tid: pg_sys::ItemPointer,
-    values: *mut pg_sys::Datum,
-    isnull: *mut bool,
-    _tuple_is_alive: bool,
-    state: *mut c_void,
-) {
-    let state = &mut *(state as *mut AssignState);
-    if *isnull {
-        return;
-    }
-    let key = Key::from_datum(*values);
-    let mut scratch = Vec::new();
-    let values = key.values(&mut scratch);
-    if values.len() != KEY_DIM {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-            format!(
-                "a key of {} dimensions in a {KEY_DIM}-d index",
-                values.len()
-            ),
-            None,
-        );
-    }
-    state.keys.extend_from_slice(values);
-    state.tids.push(tid_of(&*tid));
-    if state.tids.len() >= state.batch_limit {
-        state.flush();
+impl AssignState<'_> {
+    fn add(&mut self, tid: Tid, value: pg_sys::Datum) {
+        // SAFETY: a non-NULL value of the indexed skills.key column, from the heap scan.
+        let key = unsafe { Key::from_datum(value) };
+        let mut scratch = Vec::new();
+        let values = key.values(&mut scratch);
+        if values.len() != KEY_DIM {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "a key of {} dimensions in a {KEY_DIM}-d index",
+                    values.len()
+                ),
+                None,
+            );
+        }
+        self.keys.extend_from_slice(values);
+        self.tids.push(tid);
+        if self.tids.len() >= self.batch_limit {
+            self.flush();
+        }
     }
 }
 

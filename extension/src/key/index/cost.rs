@@ -2,38 +2,33 @@
 //! anything else (the index answers no WHERE clause).
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C-unwind" fn amcostestimate(
-    _root: *mut pg_sys::PlannerInfo,
-    path: *mut pg_sys::IndexPath,
-    _loop_count: f64,
-    startup: *mut pg_sys::Cost,
-    total: *mut pg_sys::Cost,
-    selectivity: *mut pg_sys::Selectivity,
-    correlation: *mut f64,
-    pages: *mut f64,
-) {
-    if crate::am::unserved_path(path, startup, total, selectivity, correlation, pages) {
-        return;
-    }
-    let info = (*path).indexinfo;
-    let index_pages = (*info).pages as f64;
-    let tuples = (*info).tuples.max(1.0);
-    // Lists ≈ √tuples; a scan reads `probes` of them: probes·√tuples entries, their pages.
+use crate::am::PathCost;
+
+crate::am::amcostestimate!(probe_cost);
+
+/// Lists ≈ √tuples; a scan reads `probes` of them: probes·√tuples entries, their pages.
+fn probe_cost(index_pages: f64, tuples: f64) -> PathCost {
     let lists = tuples.sqrt().max(1.0);
     let probes = (crate::guc::KEY_PROBES.get().max(1) as f64).min(lists);
     let fraction = probes / lists;
     let read_pages = (index_pages * fraction).max(1.0);
     let read_tuples = tuples * fraction;
+    // SAFETY: reads of the planner's cost settings on the backend's thread.
+    let (random_page, seq_page, operator, index_tuple) = unsafe {
+        (
+            pg_sys::random_page_cost,
+            pg_sys::seq_page_cost,
+            pg_sys::cpu_operator_cost,
+            pg_sys::cpu_index_tuple_cost,
+        )
+    };
     // One random read to reach each list, then its chain (mostly consecutive pages).
-    let cost = pg_sys::random_page_cost * probes
-        + pg_sys::seq_page_cost * read_pages
-        + pg_sys::cpu_operator_cost * (lists + read_tuples * 4.0)
-        + pg_sys::cpu_index_tuple_cost * read_tuples;
-    *startup = cost;
-    *total = cost;
-    *pages = read_pages;
+    PathCost {
+        cost: random_page * probes
+            + seq_page * read_pages
+            + operator * (lists + read_tuples * 4.0)
+            + index_tuple * read_tuples,
+        pages: read_pages,
+    }
 }

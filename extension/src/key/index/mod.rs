@@ -16,8 +16,7 @@ use pg_skills_kernels::keyindex::format::META_BLOCK;
 use pg_skills_kernels::keyindex::{Centroids, Meta, Metric};
 use pg_skills_kernels::page::{Corrupt, PageRead};
 
-use crate::bm25::relation_name;
-pub use crate::bm25::tid_of;
+use crate::am::relation_name;
 use crate::errors::raise;
 use crate::key::datatype::KEY_DIM;
 use crate::storage::{index_corrupted, OrRaise};
@@ -46,26 +45,7 @@ pub fn metric_of_strategy(strategy: u16) -> Option<Metric> {
 
 #[pg_extern(sql = false)]
 fn skeys_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRoutine> {
-    crate::am::ordering_am(3, |am| {
-        am.ambuild = Some(build::ambuild);
-        am.ambuildempty = Some(build::ambuildempty);
-        am.ambuildphasename = Some(build::ambuildphasename);
-        am.aminsert = Some(insert::aminsert);
-        am.ambulkdelete = Some(vacuum::ambulkdelete);
-        am.amvacuumcleanup = Some(vacuum::amvacuumcleanup);
-        am.amcostestimate = Some(cost::amcostestimate);
-        am.amoptions = Some(options::amoptions);
-        am.amvalidate = Some(amvalidate);
-        am.ambeginscan = Some(scan::ambeginscan);
-        am.amrescan = Some(scan::amrescan);
-        am.amgettuple = Some(scan::amgettuple);
-        am.amendscan = Some(scan::amendscan);
-    })
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
-    true
+    crate::am::ordering_am(3, |am| crate::am::phase_callbacks!(am))
 }
 
 /// The metric of the index's operator class (the one ordering operator its family has).
@@ -123,7 +103,7 @@ pub fn centroids<S: PageRead>(store: &S, index: pg_sys::Relation, meta: &Meta) -
     })
 }
 
-/// [`crate::bm25::open_index_of`] for skeys indexes.
+/// [`crate::am::open_index_of`] for skeys indexes.
 pub fn open_key_index(oid: pg_sys::Oid) -> pg_sys::Relation {
-    crate::bm25::open_index_of(oid, "skeys", "Name an index built USING skeys.")
+    crate::am::open_index_of(oid, "skeys", "Name an index built USING skeys.")
 }

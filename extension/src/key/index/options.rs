@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use pgrx::pg_sys;
 
+use crate::am::{parse_reloptions, relation_options, reloption};
+
 static KIND: AtomicU32 = AtomicU32::new(0);
 
 /// The most lists an index may have (a u16 page count per list stays far away).
@@ -37,32 +39,18 @@ pub unsafe extern "C-unwind" fn amoptions(
     reloptions: pg_sys::Datum,
     validate: bool,
 ) -> *mut pg_sys::bytea {
-    let table = [pg_sys::relopt_parse_elt {
-        optname: c"lists".as_ptr(),
-        opttype: pg_sys::relopt_type::RELOPT_TYPE_INT,
-        offset: std::mem::offset_of!(RawOptions, lists) as c_int,
-    }];
-    pg_sys::build_reloptions(
-        reloptions,
-        validate,
-        KIND.load(Ordering::Relaxed),
-        std::mem::size_of::<RawOptions>(),
-        table.as_ptr(),
-        table.len() as c_int,
-    ) as *mut pg_sys::bytea
+    let table = [reloption(
+        c"lists",
+        pg_sys::relopt_type::RELOPT_TYPE_INT,
+        std::mem::offset_of!(RawOptions, lists),
+    )];
+    parse_reloptions::<RawOptions>(reloptions, validate, KIND.load(Ordering::Relaxed), &table)
 }
 
 /// Lists requested in WITH (0: choose from the row count).
 pub fn lists_of(index: pg_sys::Relation) -> u32 {
-    // SAFETY: `rd_options` is NULL or the struct `amoptions` built for this relation.
-    unsafe {
-        let raw = (*index).rd_options as *const RawOptions;
-        if raw.is_null() {
-            0
-        } else {
-            (*raw).lists.max(0) as u32
-        }
-    }
+    // SAFETY: RawOptions is what this access method's amoptions builds.
+    unsafe { relation_options::<RawOptions>(index) }.map_or(0, |raw| raw.lists.max(0) as u32)
 }
 
 /// √rows, at least 1: lists of about √rows entries, so probing p lists reads p·√rows keys.

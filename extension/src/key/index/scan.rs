@@ -10,11 +10,11 @@ use std::collections::BinaryHeap;
 
 use half::f16;
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::keyindex::search::{candidate_order, scan_list};
 use pg_skills_kernels::keyindex::Candidate;
+use pg_skills_kernels::layout::Tid;
 
 use super::{centroids, checked_meta, metric_of_strategy};
 use crate::errors::raise;
@@ -23,7 +23,6 @@ use crate::storage::{BufferStore, Mode, OrRaise};
 
 #[derive(Default)]
 struct ScanState {
-    ready: bool,
     query: Vec<f16>,
     /// Lists nearest first; `next` is the first not yet read.
     order: Vec<u32>,
@@ -53,32 +52,34 @@ impl Ord for Nearest {
     }
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn ambeginscan(
-    index: pg_sys::Relation,
-    nkeys: std::ffi::c_int,
-    norderbys: std::ffi::c_int,
-) -> pg_sys::IndexScanDesc {
-    crate::am::begin_scan::<ScanState>(index, nkeys, norderbys)
+crate::am::ordered_scan_callbacks!(ScanState);
+
+impl crate::am::OrderedScan for ScanState {
+    const AM: &'static str = "skeys";
+    const USAGE: &'static str =
+        "a skeys index can only be scanned in ORDER BY key <#>, <=> or <-> order";
+
+    unsafe fn start(&mut self, index: pg_sys::Relation, key: Option<&pg_sys::ScanKeyData>) {
+        // ORDER BY key <#> NULL: every distance is NULL; the index returns nothing.
+        if let Some(key) = key {
+            start_query(index, self, key);
+        }
+    }
+
+    unsafe fn next(&mut self, index: pg_sys::Relation) -> Option<Tid> {
+        loop {
+            if let Some(Nearest(c)) = self.batch.pop() {
+                return Some(c.tid);
+            }
+            if self.query.is_empty() || self.next >= self.limit {
+                return None;
+            }
+            next_batch(index, self);
+        }
+    }
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn amrescan(
-    scan: pg_sys::IndexScanDesc,
-    _keys: pg_sys::ScanKey,
-    _nkeys: std::ffi::c_int,
-    orderbys: pg_sys::ScanKey,
-    norderbys: std::ffi::c_int,
-) {
-    let state = &mut *((*scan).opaque as *mut ScanState);
-    *state = ScanState::default();
-    state.ready = true;
-    let usage = "a skeys index can only be scanned in ORDER BY key <#>, <=> or <-> order";
-    let Some(key) = crate::am::order_by_key(orderbys, norderbys, usage) else {
-        // ORDER BY key <#> NULL: every distance is NULL; the index returns nothing.
-        return;
-    };
-    let index = (*scan).indexRelation;
+unsafe fn start_query(index: pg_sys::Relation, state: &mut ScanState, key: &pg_sys::ScanKeyData) {
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
     if metric_of_strategy(key.sk_strategy) != Some(meta.metric) {
@@ -118,35 +119,4 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     }
     state.next = end;
     state.batch = batch.into_iter().map(Nearest).collect();
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn amgettuple(
-    scan: pg_sys::IndexScanDesc,
-    _direction: pg_sys::ScanDirection::Type,
-) -> bool {
-    crate::am::require_mvcc(scan, "skeys");
-    let state = &mut *((*scan).opaque as *mut ScanState);
-    if !state.ready {
-        raise(
-            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            "skeys index scan used before amrescan",
-            None,
-        );
-    }
-    loop {
-        if let Some(Nearest(c)) = state.batch.pop() {
-            crate::am::return_tid(scan, c.tid.block, c.tid.offset);
-            return true;
-        }
-        if state.query.is_empty() || state.next >= state.limit {
-            return false;
-        }
-        next_batch((*scan).indexRelation, state);
-    }
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn amendscan(_scan: pg_sys::IndexScanDesc) {
-    // The state lives in the scan's memory context and is dropped with it.
 }

@@ -6,36 +6,22 @@ use pgrx::prelude::*;
 use pg_skills_kernels::keyindex::bulk_delete;
 
 use super::checked_meta;
+use crate::am::{stats_or_new, HeapIsDead};
 use crate::storage::{BufferStore, Mode, OrRaise};
 
-use crate::am::stats_or_new;
+crate::am::ambulkdelete!(remove_dead);
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn ambulkdelete(
-    info: *mut pg_sys::IndexVacuumInfo,
-    stats: *mut pg_sys::IndexBulkDeleteResult,
-    callback: pg_sys::IndexBulkDeleteCallback,
-    callback_state: *mut std::ffi::c_void,
-) -> *mut pg_sys::IndexBulkDeleteResult {
-    let index = (*info).index;
-    let stats = stats_or_new(stats);
+unsafe fn remove_dead(index: pg_sys::Relation, is_dead: &mut HeapIsDead) -> (u64, u64) {
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
-    let callback = callback.expect("VACUUM passes a callback");
     let counts = bulk_delete(
         &store,
         &meta,
-        |tid| {
-            let mut ptr = pg_sys::ItemPointerData::default();
-            pgrx::itemptr::item_pointer_set_all(&mut ptr, tid.block, tid.offset);
-            callback(&mut ptr, callback_state)
-        },
+        |tid| is_dead.ask(tid),
         || pg_sys::vacuum_delay_point(),
     )
     .or_raise(index);
-    (*stats).tuples_removed += counts.removed as f64;
-    (*stats).num_index_tuples = counts.remaining as f64;
-    stats
+    (counts.removed, counts.remaining)
 }
 
 #[pg_guard]

@@ -1,0 +1,250 @@
+//! One ranking per method, best first with the parts of each score (the table in `mod.rs`):
+//! [`rank`] is where `skills.search` dispatches a method.
+
+use std::collections::HashMap;
+
+use pgrx::datum::DatumWithOid;
+
+use pg_skills_kernels::fusion::{pool_first, reciprocal_rank_fusion, Ranking, RRF_K};
+use pg_skills_kernels::serving::SearchMethod as Method;
+
+use super::graph;
+use super::request::Request;
+use crate::spi::select_one;
+
+/// First-stage hits of each kind that seed the graph walks.
+pub const SEEDS: usize = 10;
+/// The rank constant of the seed weights: Σ w/(SEED_RRF_K + rank) over both lists. Much sharper
+/// than hybrid's 60, so the walk restarts mostly at the best seeds (with 60, ten seeds weigh
+/// almost alike and the walk ranks by where edges gather, not by relevance).
+pub const SEED_RRF_K: f64 = 1.0;
+/// Depth of each list that hybrid fuses, at least.
+pub const HYBRID_DEPTH: usize = 100;
+
+/// A ranked skill and the parts of its score (None: the method does not use that part).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ranked {
+    pub id: i64,
+    pub score: f64,
+    pub bm25: Option<f64>,
+    pub semantic: Option<f64>,
+    pub graph: Option<f64>,
+    pub beta: Option<f64>,
+    pub dk_term: Option<f64>,
+    pub event_term: Option<f64>,
+}
+
+/// Rows of a query returning (id bigint, score double precision).
+pub fn id_scores(sql: &str, args: &[DatumWithOid]) -> Vec<(i64, f64)> {
+    crate::spi::read(|client| {
+        let mut out = Vec::new();
+        for row in client.select(sql, None, args)? {
+            out.push((
+                row.get::<i64>(1)?.expect("NOT NULL"),
+                row.get::<f64>(2)?.expect("NOT NULL"),
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+}
+
+fn depth_arg(depth: Option<usize>) -> Option<i32> {
+    depth.map(|d| d.min(i32::MAX as usize) as i32)
+}
+
+/// BM25 (id, score), best first: the bm25 index when there is one, else the reference scan.
+fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> Vec<(i64, f64)> {
+    let indexed =
+        select_one::<bool>("SELECT skills.bm25_index() IS NOT NULL", &[]).unwrap_or(false);
+    let sql = if indexed {
+        "SELECT id, score FROM skills.bm25_index_search($1, $2, $3::skills.category[], skills.bm25_index())"
+    } else {
+        "SELECT id, score FROM skills.bm25_scan($1, $2, $3)"
+    };
+    id_scores(
+        sql,
+        &[query.into(), depth_arg(depth).into(), categories.into()],
+    )
+}
+
+/// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>`, which the
+/// planner serves from the skeys index when there is one. Skills without a key yet are absent.
+pub fn semantic(
+    key: &[f32],
+    categories: Option<Vec<String>>,
+    depth: Option<usize>,
+) -> Vec<(i64, f64)> {
+    id_scores(
+        "SELECT sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) skills.key($1)))::float8 \
+         FROM skills.skill_key AS sk JOIN skills.skill AS s ON s.id = sk.skill_id \
+         WHERE $2::text[] IS NULL OR s.category::text = ANY ($2) \
+         ORDER BY sk.k0 OPERATOR(skills.<#>) skills.key($1), sk.skill_id LIMIT $3",
+        &[
+            key.to_vec().into(),
+            categories.into(),
+            depth.map(|d| d as i64).into(),
+        ],
+    )
+}
+
+fn ids(list: &[(i64, f64)]) -> Vec<i64> {
+    list.iter().map(|x| x.0).collect()
+}
+
+/// Reciprocal-rank fusion (rank constant `k`) of BM25 and semantic lists, with their raw scores
+/// as parts.
+fn fuse(req: &Request, bm25: &[(i64, f64)], semantic: &[(i64, f64)], k: f64) -> Vec<Ranked> {
+    let (b, s) = (ids(bm25), ids(semantic));
+    let bm25_of: HashMap<i64, f64> = bm25.iter().copied().collect();
+    let semantic_of: HashMap<i64, f64> = semantic.iter().copied().collect();
+    reciprocal_rank_fusion(
+        &[
+            Ranking {
+                ids: &b,
+                weight: req.bm25_weight,
+            },
+            Ranking {
+                ids: &s,
+                weight: req.semantic_weight,
+            },
+        ],
+        k,
+    )
+    .into_iter()
+    .map(|(id, score)| Ranked {
+        id,
+        score,
+        bm25: bm25_of.get(&id).copied(),
+        semantic: semantic_of.get(&id).copied(),
+        ..Ranked::default()
+    })
+    .collect()
+}
+
+/// Skill ids among `ids` that are in `categories`.
+fn in_categories(ids: &[i64], categories: &[String]) -> std::collections::HashSet<i64> {
+    id_scores(
+        "SELECT id, 0::float8 FROM skills.skill WHERE id = ANY ($1) AND category::text = ANY ($2)",
+        &[ids.to_vec().into(), categories.to_vec().into()],
+    )
+    .into_iter()
+    .map(|x| x.0)
+    .collect()
+}
+
+/// A walk's (id, score) as rows: the seeds' first-stage scores as parts, filtered to the pools.
+fn walked(
+    req: &Request,
+    walk: Vec<(i64, f64)>,
+    seeds: &[Ranked],
+    depth: Option<usize>,
+) -> Vec<Ranked> {
+    let seed_of: HashMap<i64, &Ranked> = seeds.iter().map(|s| (s.id, s)).collect();
+    let allowed = req
+        .category_filter()
+        .map(|c| in_categories(&ids(&walk), &c));
+    let mut out: Vec<Ranked> = walk
+        .into_iter()
+        .filter(|(id, _)| allowed.as_ref().is_none_or(|a| a.contains(id)))
+        .map(|(id, score)| Ranked {
+            id,
+            score,
+            graph: Some(score),
+            bm25: seed_of.get(&id).and_then(|s| s.bm25),
+            semantic: seed_of.get(&id).and_then(|s| s.semantic),
+            ..Ranked::default()
+        })
+        .collect();
+    if let Some(d) = depth {
+        out.truncate(d);
+    }
+    out
+}
+
+/// The ranking of `req` down to `depth` rows (None: every candidate).
+pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
+    match req.method {
+        Method::Bm25 => bm25(&req.query, req.category_filter(), depth)
+            .into_iter()
+            .map(|(id, score)| Ranked {
+                id,
+                score,
+                bm25: Some(score),
+                ..Ranked::default()
+            })
+            .collect(),
+        Method::Semantic => {
+            let key = req.key();
+            semantic(&key, req.category_filter(), depth)
+                .into_iter()
+                .map(|(id, score)| Ranked {
+                    id,
+                    score,
+                    semantic: Some(score),
+                    ..Ranked::default()
+                })
+                .collect()
+        }
+        Method::Hybrid => {
+            let key = req.key();
+            // The fused lists are as deep as k alone asks (at least HYBRID_DEPTH). Fusing deeper
+            // lists adds reciprocal ranks and can reorder the top; a deeper reading (a token
+            // budget, k => NULL) therefore only appends rows after the pool.
+            let pool_depth = req.results_wanted.unwrap_or(0).max(HYBRID_DEPTH);
+            let b = bm25(&req.query, req.category_filter(), Some(pool_depth));
+            let s = semantic(&key, req.category_filter(), Some(pool_depth));
+            let lists_complete = b.len() < pool_depth && s.len() < pool_depth;
+            let pool = fuse(req, &b, &s, RRF_K);
+            let mut fused = if lists_complete || depth.is_some_and(|d| d <= pool.len()) {
+                pool
+            } else {
+                let b = bm25(&req.query, req.category_filter(), depth);
+                let s = semantic(&key, req.category_filter(), depth);
+                pool_first(pool, fuse(req, &b, &s, RRF_K), |r| r.id)
+            };
+            if let Some(d) = depth {
+                fused.truncate(d);
+            }
+            fused
+        }
+        Method::Graph | Method::SkillTrace => {
+            // Seeds from every pool: an edge may lead from a seed into the requested pools.
+            let key = req.key();
+            let seeds = fuse(
+                req,
+                &bm25(&req.query, None, Some(SEEDS)),
+                &semantic(&key, None, Some(SEEDS)),
+                SEED_RRF_K,
+            );
+            let personalisation: Vec<(i64, f64)> = seeds.iter().map(|s| (s.id, s.score)).collect();
+            let walk = if req.method == Method::Graph {
+                graph::walk(&personalisation)
+            } else {
+                graph::trace(&key, &personalisation)
+            };
+            walked(req, walk, &seeds, depth)
+        }
+        Method::KeyOpt => {
+            let key = req.key();
+            crate::keyopt::rank::ranked(
+                &req.query,
+                key,
+                req.category_filter(),
+                req.results_wanted,
+                depth,
+                None,
+            )
+            .into_iter()
+            .map(|(id, p, _)| Ranked {
+                id,
+                score: p.total() as f64,
+                semantic: Some(p.relevance as f64),
+                beta: Some(p.beta as f64),
+                dk_term: Some(p.dk_term as f64),
+                event_term: Some(p.event_term as f64),
+                ..Ranked::default()
+            })
+            .collect()
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! A search request: its arguments checked (query size, weights, pools, method, limits) and
+//! the query key computed once.
+
+use pgrx::PgSqlErrorCode;
+
+use pg_skills_kernels::serving::{Limits, SearchMethod as Method};
+
+use crate::embedding::query_key_values;
+use crate::errors::raise;
+use crate::spi::select_one;
+
+/// `skills.search_methods()`: the names `skills.search(..., method => ...)` accepts (clients such
+/// as the MCP server publish this list instead of keeping their own).
+#[pgrx::pg_extern(immutable, parallel_safe)]
+fn search_methods() -> Vec<String> {
+    Method::names().into_iter().map(str::to_owned).collect()
+}
+
+/// The request's method, or an ERROR listing the valid ones.
+fn parse_method(name: &str) -> Method {
+    Method::parse(name).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown search method \"{name}\""),
+            Some(&format!("Valid methods: {}.", Method::names().join(", "))),
+        )
+    })
+}
+
+/// What to rank: the query, its pools and method, computed once per request.
+pub struct Request {
+    pub query: String,
+    pub categories: Option<Vec<String>>,
+    pub method: Method,
+    pub bm25_weight: f64,
+    pub semantic_weight: f64,
+    /// The number of results asked for (k); it sizes KeyOpt's candidate pool, which must not
+    /// grow when a budget makes the ranking read deeper.
+    pub results_wanted: Option<usize>,
+    key: Option<Vec<f32>>,
+}
+
+impl Request {
+    pub fn new(
+        query: Option<&str>,
+        categories: Option<Vec<Option<String>>>,
+        method: Option<&str>,
+        bm25_weight: f64,
+        semantic_weight: f64,
+    ) -> Request {
+        let Some(query) = query else {
+            raise(
+                PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                "query must not be NULL",
+                Some("Pass the task description as text."),
+            )
+        };
+        crate::guc::check_query_size(query);
+        for (name, w) in [
+            ("bm25_weight", bm25_weight),
+            ("semantic_weight", semantic_weight),
+        ] {
+            if !(w >= 0.0) || !w.is_finite() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!("{name} must be a finite number >= 0, got {w}"),
+                    Some("The weights scale each list's reciprocal ranks in hybrid and in the graph seeds (default 1)."),
+                );
+            }
+        }
+        Request {
+            query: query.to_string(),
+            categories: categories.map(validate_categories),
+            method: parse_method(method.unwrap_or("keyopt")),
+            bm25_weight,
+            semantic_weight,
+            results_wanted: None,
+            key: None,
+        }
+    }
+
+    /// The query key q (the encoder runs once per request).
+    pub fn key(&mut self) -> Vec<f32> {
+        if self.key.is_none() {
+            self.key = Some(query_key_values(&self.query));
+        }
+        self.key.clone().expect("set above")
+    }
+
+    pub fn category_filter(&self) -> Option<Vec<String>> {
+        self.categories.clone()
+    }
+}
+
+pub(crate) fn validate_categories(categories: Vec<Option<String>>) -> Vec<String> {
+    let valid: Vec<String> =
+        select_one::<Vec<String>>("SELECT enum_range(NULL::skills.category)::text[]", &[])
+            .unwrap_or_default();
+    categories
+        .into_iter()
+        .map(|c| match c {
+            Some(c) if valid.contains(&c) => c,
+            other => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "unknown category \"{}\"",
+                    other.as_deref().unwrap_or("NULL")
+                ),
+                Some(&format!(
+                    "Valid categories: {}; pass NULL for all pools.",
+                    valid.join(", ")
+                )),
+            ),
+        })
+        .collect()
+}
+
+/// The limits of a request, validated.
+pub fn limits(k: Option<i32>, token_budget: Option<i32>, min_score: Option<f64>) -> Limits {
+    if let Some(k) = k.filter(|&k| k < 1) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("k must be at least 1, got {k}"),
+            Some("Pass NULL for no limit on the number of results."),
+        );
+    }
+    if let Some(b) = token_budget.filter(|&b| b < 0) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("token_budget must be at least 0, got {b}"),
+            Some(
+                "The budget is in prompt tokens (skills.skill.token_count); NULL means no budget.",
+            ),
+        );
+    }
+    if min_score.is_some_and(|m| m.is_nan()) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "min_score must be a number, got NaN",
+            Some("Pass NULL for no threshold."),
+        );
+    }
+    Limits {
+        k: k.map(|k| k as usize),
+        token_budget: token_budget.map(|b| b as u64),
+        min_score,
+    }
+}

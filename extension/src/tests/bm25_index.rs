@@ -1,0 +1,155 @@
+//! The bm25 index: agreement with the reference scorer and a sequential scan, options,
+//! EXPLAIN, filters, bad definitions, REINDEX.
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::helpers::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn bm25_index_agrees_with_reference_and_seqscan() {
+        without_index();
+        let mut rng = Rng(20261130);
+        random_skills(&mut rng, 300);
+        create_index("WITH (append_pages = 1)");
+        check_index_against_references(&mut rng, 20, true);
+        // Inserts after the build go through the append area and its merges into segments.
+        random_skills(&mut rng, 150);
+        check_index_against_references(&mut rng, 20, true);
+        // Updates leave dead versions in the index until VACUUM (which a pg_test cannot run), so
+        // statistics differ from the reference until then (tests/ checks after VACUUM); index and
+        // sequential scans still agree with each other.
+        exec(
+            "UPDATE skills.skill SET instructions = instructions || ' rust panic' WHERE id % 7 = 0",
+        );
+        check_index_against_references(&mut rng, 20, false);
+    }
+
+    #[pg_test]
+    fn bm25_index_options_set_the_formula() {
+        without_index();
+        let mut rng = Rng(7);
+        random_skills(&mut rng, 120);
+        exec("SET LOCAL pg_skills.bm25_k1 = 1.2");
+        exec("SET LOCAL pg_skills.bm25_b = 0.5");
+        exec("SET LOCAL pg_skills.bm25_stemming = off");
+        create_index("WITH (k1 = 1.2, b = 0.5, stemming = off)");
+        check_index_against_references(&mut rng, 10, true);
+    }
+
+    #[pg_test]
+    fn explain_shows_the_index_only_for_order_by() {
+        without_index();
+        let mut rng = Rng(3);
+        random_skills(&mut rng, 50);
+        create_index("");
+        exec("ANALYZE skills.skill");
+        let ordered_plan = plan(&format!(
+            "SELECT id FROM skills.skill ORDER BY {DOC} OPERATOR(skills.<&>) skills.bm25query('rust panic') LIMIT 5"
+        ));
+        assert!(
+            ordered_plan.contains("Index Scan using skill_bm25"),
+            "{ordered_plan}"
+        );
+        let filtered_plan = plan("SELECT id FROM skills.skill WHERE name = 'x'");
+        assert!(!filtered_plan.contains("skill_bm25"), "{filtered_plan}");
+    }
+
+    #[pg_test]
+    fn bm25_index_category_filter_still_returns_k_rows() {
+        without_index();
+        let mut rng = Rng(11);
+        random_skills(&mut rng, 200);
+        exec("UPDATE skills.skill SET category = CASE WHEN id % 10 = 0 THEN 'data_ml'::skills.category ELSE 'testing' END");
+        create_index("");
+        let query = "'rust test python docker', categories => '{data_ml}', k => 15";
+        let hits = search(query);
+        let reference: i64 = one(
+            "SELECT count(*) FROM skills.bm25_scan('rust test python docker', 15, ARRAY['data_ml'])",
+        );
+        assert_eq!(hits.len() as i64, reference);
+        assert_eq!(
+            hits.len(),
+            15,
+            "20 data_ml skills exist, most contain a query term"
+        );
+    }
+
+    #[pg_test]
+    fn bm25_index_degenerate_queries() {
+        without_index();
+        let mut rng = Rng(5);
+        random_skills(&mut rng, 40);
+        create_index("");
+        assert!(search("''").is_empty());
+        assert!(search("'the and of'").is_empty());
+        let long = "rust docker ".repeat(9_000);
+        exec("SET LOCAL pg_skills.max_query_size = '1MB'");
+        assert!(!search(&quote(&long)).is_empty());
+        // ORDER BY with a query that matches nothing still returns every row (score 0).
+        exec("SET LOCAL enable_seqscan = off");
+        let all = ordered("the and of", "");
+        assert_eq!(all.len(), 40);
+        assert!(all.iter().all(|r| r.1 == 0.0));
+    }
+
+    #[pg_test(error = "unrecognized parameter \"colour\"")]
+    fn bm25_index_unknown_option() {
+        without_index();
+        create_index("WITH (colour = 1)");
+    }
+
+    #[pg_test(error = "value -1 out of bounds for option \"k1\"")]
+    fn bm25_index_option_out_of_range() {
+        without_index();
+        create_index("WITH (k1 = -1)");
+    }
+
+    #[pg_test(error = "invalid bm25 index options: at least one field weight must be positive")]
+    fn bm25_index_all_weights_zero() {
+        without_index();
+        create_index("WITH (name_weight = 0, description_weight = 0, instructions_weight = 0)");
+    }
+
+    #[pg_test(error = "skills.skill has no bm25 index")]
+    fn bm25query_without_index() {
+        without_index();
+        exec("SELECT skills.bm25query('rust')");
+    }
+
+    #[pg_test(error = "a bm25 document has at most 3 fields, got 4")]
+    fn bm25_index_rejects_wider_documents() {
+        without_index();
+        insert("a", "b", "c");
+        exec("CREATE INDEX wide ON skills.skill USING bm25 ((ARRAY[name, description, instructions, name]))");
+    }
+
+    #[pg_test]
+    fn bm25_index_rebuilds_with_reindex() {
+        without_index();
+        let mut rng = Rng(13);
+        random_skills(&mut rng, 60);
+        create_index("");
+        let before = search("'rust panic docker', k => 5");
+        exec("REINDEX INDEX skills.skill_bm25");
+        assert_eq!(search("'rust panic docker', k => 5"), before);
+    }
+
+    #[pg_test]
+    fn the_extension_ships_its_bm25_index() {
+        assert_eq!(
+            one::<String>("SELECT skills.bm25_index()::text"),
+            "skills.skill_bm25"
+        );
+        let id = insert(
+            "rust-panic-backtrace",
+            "Find where a Rust program panicked",
+            "RUST_BACKTRACE=1",
+        );
+        assert_eq!(
+            search("'rust backtrace', k => 1").first().map(|h| h.0),
+            Some(id)
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The encoder, skill keys from the embedding queue, semantic search, the compressor. These need
+//! the model (`./x model`); without it they pass after saying SKIP.
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::helpers::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn embed_matches_the_golden_values_and_keys_are_unit_length() {
+        if !have_model() {
+            return;
+        }
+        let v: Vec<f32> = one("SELECT skills.embed('This is an example sentence')");
+        assert_eq!(v.len(), 384);
+        for (got, want) in v.iter().zip([0.067657f32, 0.063496, 0.048713, 0.079305]) {
+            assert!((got - want).abs() < 1e-4, "{:?}", &v[..4]);
+        }
+        let (dims, norm, tail): (i32, f64, f64) = (
+            one("SELECT skills.key_dims(skills.query_key('deploy a service'))"),
+            one("SELECT skills.key_norm(skills.query_key('deploy a service'))"),
+            one("SELECT sum(abs(x))::float8 FROM unnest((skills.query_key('deploy a service')::real[])[385:512]) AS x"),
+        );
+        assert_eq!(dims, 512);
+        assert!((norm - 1.0).abs() < 1e-3);
+        assert_eq!(tail, 0.0, "a query key is the padded embedding");
+    }
+
+    #[pg_test]
+    fn new_and_changed_skills_are_queued_and_embed_pending_keys_them() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        assert_eq!(one::<i64>("SELECT queued FROM skills.embedder_status"), 5);
+        assert_eq!(one::<i64>("SELECT skills.embed_pending()"), 5);
+        assert_eq!(one::<i64>("SELECT queued FROM skills.embedder_status"), 0);
+        assert_eq!(one::<i64>("SELECT done FROM skills.embedder_status"), 5);
+        // Nothing left: a second call does nothing.
+        assert_eq!(one::<i64>("SELECT skills.embed_pending()"), 0);
+        // A category edit keeps the key; a content edit queues the skill again.
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'testing' WHERE id = {}",
+            ids[1]
+        ));
+        assert_eq!(one::<i64>("SELECT queued FROM skills.embedder_status"), 0);
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'Use startupProbe too.' WHERE id = {}",
+            ids[1]
+        ));
+        assert_eq!(one::<i64>("SELECT queued FROM skills.embedder_status"), 1);
+        assert_eq!(
+            one::<i64>("SELECT done FROM skills.embedder_status"),
+            4,
+            "the stale key does not count"
+        );
+        assert_eq!(
+            one::<i64>("SELECT skills.embed_pending(max_skills => 1)"),
+            1
+        );
+        assert_eq!(
+            one::<i64>("SELECT embedded_total FROM skills.embedder_status"),
+            6
+        );
+        // Deleting a skill deletes its key.
+        exec(&format!("DELETE FROM skills.skill WHERE id = {}", ids[0]));
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.skill_key"), 4);
+    }
+
+    #[pg_test]
+    fn semantic_search_ranks_by_key_and_the_index_agrees_with_the_scan() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'my program crashed with a panic, where did it happen'";
+        let exact = search(&format!("{q}, k => 3, method => 'semantic'"));
+        assert_eq!(exact.len(), 3);
+        assert_eq!(exact[0].0, ids[2], "{exact:?}");
+        assert!(exact.windows(2).all(|w| w[0].1 >= w[1].1));
+        let filtered = search(&format!(
+            "{q}, categories => '{{devops_infra}}', k => NULL, method => 'semantic'"
+        ));
+        let devops: i64 = one("SELECT count(*) FROM skills.skill WHERE category = 'devops_infra'");
+        assert_eq!(filtered.len() as i64, devops);
+        // With an skeys index that reads every list, the same rows and scores.
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0)");
+        exec("SET LOCAL pg_skills.key_probes = 65535");
+        exec("SET LOCAL enable_seqscan = off");
+        let plan: String = Spi::connect(|c| {
+            c.select(
+                &format!("EXPLAIN (COSTS OFF) SELECT skill_id FROM skills.skill_key ORDER BY k0 OPERATOR(skills.<#>) skills.query_key({q}) LIMIT 3"),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| r.get::<String>(1).unwrap().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+        });
+        assert!(plan.contains("skill_key_k0"), "{plan}");
+        let indexed = search(&format!("{q}, k => 3, method => 'semantic'"));
+        assert_eq!(indexed.len(), exact.len());
+        for (a, b) in indexed.iter().zip(&exact) {
+            assert_eq!(a.0, b.0);
+            assert!((a.1 - b.1).abs() < 1e-6);
+        }
+    }
+
+    #[pg_test]
+    fn a_trained_compressor_is_stored_checked_and_rewrites_keys() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        exec("CREATE TEMP TABLE pairs (task text, skill_id bigint)");
+        for (i, id) in ids.iter().enumerate() {
+            for variant in ["how do I", "help me", "I need to", "show me how to"] {
+                exec(&format!(
+                    "INSERT INTO pairs VALUES ('{variant} handle case {i} of my project', {id})"
+                ));
+            }
+        }
+        let version: i32 = one(
+            "SELECT skills.train_compressor('SELECT task, skill_id FROM pairs', hidden => 16, epochs => 3)",
+        );
+        let (active, sha, report): (bool, String, pgrx::JsonB) = (
+            one(&format!(
+                "SELECT active FROM skills.compressor WHERE version = {version}"
+            )),
+            one(&format!(
+                "SELECT sha256 FROM skills.compressor WHERE version = {version}"
+            )),
+            one(&format!(
+                "SELECT training FROM skills.compressor WHERE version = {version}"
+            )),
+        );
+        assert!(active);
+        assert_eq!(sha.len(), 64);
+        assert_eq!(report.0["pairs"], 20);
+        assert!(
+            report.0["validation_mrr"].as_f64().unwrap()
+                >= report.0["validation_mrr_raw"].as_f64().unwrap()
+        );
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM skills.skill_key WHERE compressor_version = {version}"
+            )),
+            5,
+            "every key rewritten with the new compressor"
+        );
+        assert_eq!(one::<i64>("SELECT done FROM skills.embedder_status"), 5);
+        // Keys equal compress(embedding) of the stored embedding.
+        let off: i64 = one(
+            "SELECT count(*) FROM skills.skill_key WHERE (k0 OPERATOR(skills.<=>) skills.key(skills.compress(embedding))) > 1e-6",
+        );
+        assert_eq!(off, 0);
+        // Weights that do not match their sha256 are refused on load (SQLSTATE XX001).
+        exec(&format!(
+            "UPDATE skills.compressor SET sha256 = repeat('0', 64) WHERE version = {version}"
+        ));
+        exec(
+            "DO $$ BEGIN PERFORM skills.compress(skills.embed('x')); RAISE EXCEPTION 'not refused'; \
+             EXCEPTION WHEN data_corrupted THEN NULL; END $$",
+        );
+    }
+
+    #[pg_test(error = "the pairs name skill 999999, which does not exist")]
+    fn training_pairs_must_name_skills() {
+        if !have_model() {
+            panic!("the pairs name skill 999999, which does not exist");
+        }
+        demo_skills();
+        exec("SELECT skills.train_compressor('SELECT ''query '' || s, 999999::bigint FROM generate_series(1, 4) AS s')");
+    }
+
+    #[pg_test]
+    fn a_missing_model_is_a_clear_error_naming_the_setup_command() {
+        exec("SET LOCAL pg_skills.model_dir = '/nonexistent/pg_skills-model'");
+        exec(
+            "DO $$ DECLARE m text; h text; BEGIN \
+                 PERFORM skills.embed('x'); RAISE EXCEPTION 'not refused'; \
+             EXCEPTION WHEN undefined_file THEN \
+                 GET STACKED DIAGNOSTICS m = MESSAGE_TEXT, h = PG_EXCEPTION_HINT; \
+                 IF m NOT LIKE 'model file /nonexistent/pg_skills-model/config.json is missing%' \
+                    OR h NOT LIKE '%./x model%' THEN \
+                     RAISE EXCEPTION 'unexpected error: % (hint: %)', m, h; \
+                 END IF; \
+             END $$",
+        );
+    }
+}

@@ -1,0 +1,488 @@
+//! KeyOpt: recorded runs, rounds, the reading, the relevance-function hook. Need the model (task
+//! keys).
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::helpers::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn keyopt_without_rounds_or_pairs_ranks_like_semantic() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'tests started failing after a merge, which commit broke them'";
+        let semantic = search(&format!("{q}, k => 5, method => 'semantic'"));
+        let keyopt = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(ids_of(&keyopt), ids_of(&semantic));
+        for (a, b) in keyopt.iter().zip(&semantic) {
+            assert!((a.1 - b.1).abs() < 1e-6, "{keyopt:?} vs {semantic:?}");
+        }
+        // A fit with only tied runs (everything failed) gives a round of exact zeros.
+        let ids: Vec<i64> = ids_of(&semantic);
+        exec(&format!(
+            "SELECT skills.record_run('a task nothing helped with', '[{{\"skill_id\": {}, \"passed\": false}}, {{\"skill_id\": {}, \"passed\": false}}]')",
+            ids[0], ids[1]
+        ));
+        let round: i32 = one("SELECT skills.fit()");
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM skills.keyopt_skill WHERE round = {round} AND beta <> 0"
+            )),
+            0
+        );
+        assert_eq!(
+            one::<pgrx::JsonB>(&format!(
+                "SELECT settings FROM skills.keyopt_round WHERE round = {round}"
+            ))
+            .0["use_dk"],
+            serde_json::json!(false)
+        );
+        let after = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(ids_of(&after), ids_of(&semantic));
+        for (a, b) in after.iter().zip(&semantic) {
+            assert!(
+                (a.1 - b.1).abs() < 1e-6,
+                "ρ = 1 and no correction: {after:?}"
+            );
+        }
+    }
+
+    #[pg_test]
+    fn recorded_outcomes_change_the_ranking_and_rounds_roll_back() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'my tests fail since I merged a branch'";
+        let before = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_ne!(
+            before[0].0, ids[4],
+            "git-bisect is not the semantic favourite: {before:?}"
+        );
+        let empty: i32 = one("SELECT skills.fit()");
+        record_bisect_runs(&ids);
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.event"), 24);
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.event_arm"), 120);
+        assert_eq!(
+            one::<i32>("SELECT round FROM skills.event ORDER BY id LIMIT 1"),
+            empty,
+            "a run names the round that served it"
+        );
+        let round: i32 = one("SELECT skills.fit()");
+        assert_eq!(
+            one::<i32>("SELECT round FROM skills.keyopt_round WHERE active"),
+            round
+        );
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT report FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert_eq!(report.0["discordant_groups"], serde_json::json!(24));
+        assert!(report.0["chosen"].is_object(), "{}", report.0);
+        let after = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(after[0].0, ids[4], "{after:?}");
+        let (score, beta): (f64, f64) = (
+            one(&format!(
+                "SELECT (skills.keyopt_score({q}, {})).score",
+                ids[4]
+            )),
+            one(&format!(
+                "SELECT (skills.keyopt_score({q}, {})).beta",
+                ids[4]
+            )),
+        );
+        assert!(beta > 0.0);
+        assert!((score - after[0].1).abs() < 1e-5, "{score} vs {after:?}");
+        // A round stored without publishing does not change what readers see.
+        let unpublished: i32 = one("SELECT skills.fit('test', false)");
+        assert!(unpublished > round);
+        assert_eq!(
+            one::<i32>("SELECT round FROM skills.keyopt_round WHERE active"),
+            round
+        );
+        // Roll back to the empty round: the semantic ranking again; then forward.
+        exec(&format!("SELECT skills.use_round({empty})"));
+        assert_eq!(
+            ids_of(&search(&format!("{q}, k => 5, method => 'keyopt'"))),
+            ids_of(&before)
+        );
+        exec(&format!("SELECT skills.use_round({round})"));
+        assert_eq!(
+            search(&format!("{q}, k => 5, method => 'keyopt'"))[0].0,
+            ids[4]
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.keyopt_round WHERE active"),
+            1
+        );
+        assert_refused(
+            "PERFORM skills.use_round(999)",
+            "invalid_parameter_value",
+            "no KeyOpt round 999",
+        );
+    }
+
+    #[pg_test]
+    fn a_token_budget_or_no_k_does_not_widen_the_keyopt_pool() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        // Twelve Kubernetes skills: git-bisect is far outside the semantic top 10 below.
+        for i in 0..12 {
+            exec(&format!(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES \
+                 ('k8s-probe-{i}', 'Kubernetes liveness and readiness probes, variant {i}', \
+                  'Probe endpoint /healthz-{i} with a {i} second period.')"
+            ));
+        }
+        exec("SELECT skills.embed_pending()");
+        record_bisect_runs(&ids);
+        exec("SELECT skills.fit()");
+        let bisect = ids[4];
+        let q = "'configure readiness probes for my kubernetes deployment'";
+        assert!(
+            one::<f64>(&format!("SELECT (skills.keyopt_score({q}, {bisect})).beta")) > 0.5,
+            "git-bisect has a large β after its runs"
+        );
+        let top10 = ids_of(&search(&format!("{q}, k => 10, method => 'keyopt'")));
+        assert!(!top10.contains(&bisect), "{top10:?}");
+        // A budget makes the search read deeper; the pool, and so the answer, stay the same.
+        let two = ids_of(&search(&format!("{q}, k => 2, method => 'keyopt'")));
+        let budgeted = ids_of(&search(&format!(
+            "{q}, k => 2, token_budget => 1000000, method => 'keyopt'"
+        )));
+        assert_eq!(budgeted, two);
+        // No k: the pool's ranking first, the rest after it.
+        let all = ids_of(&search(&format!("{q}, k => NULL, method => 'keyopt'")));
+        assert_eq!(all[..10], top10[..]);
+        assert!(all[10..].contains(&bisect), "{all:?}");
+        let block: String = one(&format!(
+            "SELECT skills.render_context({q}, k => 2, token_budget => 100000)"
+        ));
+        assert!(!block.contains("## Skill: git-bisect"), "{block}");
+    }
+
+    #[pg_test]
+    fn a_token_budget_or_no_k_does_not_reorder_hybrid() {
+        if !have_model() {
+            return;
+        }
+        // 180 skills that all mention caching, on 12 topics: both of hybrid's lists run past
+        // their depth of 100, and skills strong in one list sit deep in the other.
+        let topics = [
+            "HTTP cache headers for a web service",
+            "Redis cache eviction policies",
+            "CPU cache misses in a tight loop",
+            "browser cache busting for static assets",
+            "the pip download cache in CI",
+            "DNS cache poisoning in a security review",
+            "Docker layer cache when building images",
+            "memoization of a recursive function",
+            "cache invalidation after a database write",
+            "a CDN edge cache for images",
+            "the query plan cache of PostgreSQL",
+            "Gradle build cache across machines",
+        ];
+        for i in 0..180 {
+            let topic = topics[i % topics.len()];
+            let repeats = "cache ".repeat(1 + i % 7);
+            exec(&format!(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES \
+                 ('cache-{i}', 'Notes {i} on {topic}', 'Steps {i}: {repeats} then check {topic}.')"
+            ));
+        }
+        exec("SELECT skills.embed_pending()");
+        let q = "'invalidate the cache of a web service after a write'";
+        let top5 = ids_of(&search(&format!("{q}, k => 5, method => 'hybrid'")));
+        assert_eq!(top5.len(), 5);
+        let budgeted = ids_of(&search(&format!(
+            "{q}, k => 5, token_budget => 1000000, method => 'hybrid'"
+        )));
+        assert_eq!(budgeted, top5, "a budget reads deeper; the first five stay");
+        let all = ids_of(&search(&format!("{q}, k => NULL, method => 'hybrid'")));
+        assert_eq!(all.len(), 180, "every skill, each once");
+        assert_eq!(all[..5], top5[..], "no k: the pool first");
+        let top100 = ids_of(&search(&format!("{q}, k => 100, method => 'hybrid'")));
+        assert_eq!(all[..100], top100[..]);
+    }
+
+    #[pg_test]
+    fn a_relevance_function_replaces_r_in_readings_and_fits() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        // A stand-in cross-encoder with an opinion of its own: rust-backtrace is relevant to
+        // everything, the others by a small score (1e-4 per id: below 1 for any id tests reach,
+        // whatever other tests inserted before).
+        exec(
+            "CREATE FUNCTION public.stub_cross_encoder(query text, skill_ids bigint[]) \
+             RETURNS TABLE (skill_id bigint, score double precision) LANGUAGE sql STABLE AS $$ \
+                 SELECT s.id, CASE WHEN s.name = 'rust-backtrace' THEN 1.0 ELSE 0.0001 * s.id END \
+                 FROM skills.skill AS s WHERE s.id = ANY (skill_ids) $$",
+        );
+        exec(
+            "CREATE FUNCTION public.forgetful_cross_encoder(query text, skill_ids bigint[]) \
+             RETURNS TABLE (skill_id bigint, score double precision) LANGUAGE sql STABLE AS $$ \
+                 SELECT skill_ids[1], 0.5 $$",
+        );
+        let q = "'my tests fail since I merged a branch'";
+        let semantic = search(&format!("{q}, k => 5, method => 'semantic'"));
+        assert_ne!(semantic[0].0, ids[2], "{semantic:?}");
+        // No round: the setting reranks the semantic pool with the function's scores.
+        exec("SET pg_skills.relevance_function = 'public.stub_cross_encoder'");
+        let reranked: Vec<(i64, f64)> = id_scores(&format!(
+            "SELECT id, semantic FROM skills.search({q}, k => 5, method => 'keyopt')"
+        ));
+        assert_eq!(reranked[0], (ids[2], 1.0), "{reranked:?}");
+        for (id, r) in &reranked[1..] {
+            assert!((r - 0.0001 * *id as f64).abs() < 1e-6, "{reranked:?}");
+        }
+        // A fit uses it for r and records it; readings of the round keep using it.
+        record_bisect_runs(&ids);
+        let round: i32 = one("SELECT skills.fit()");
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT relevance_function FROM skills.keyopt_rounds WHERE round = {round}"
+            )),
+            "public.stub_cross_encoder(text,bigint[])"
+        );
+        // The round table only says which function the round needs: with the setting reset
+        // (or naming another function) its readings are refused, not run.
+        exec("RESET pg_skills.relevance_function");
+        assert_refused(
+            &format!("PERFORM skills.keyopt_score({q}, {})", ids[2]),
+            "object_not_in_prerequisite_state",
+            "KeyOpt round % was fitted with the relevance function public.stub_cross_encoder(text,bigint[]), which pg_skills.relevance_function does not name (it names none)",
+        );
+        exec("SET pg_skills.relevance_function = 'public.stub_cross_encoder'");
+        let rho: f64 = one(&format!(
+            "SELECT rho::float8 FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        let relevance: f64 = one(&format!(
+            "SELECT (skills.keyopt_score({q}, {})).relevance",
+            ids[2]
+        ));
+        assert!(
+            (relevance - rho).abs() < 1e-5,
+            "ρ·r with r = 1: {relevance} vs ρ {rho}"
+        );
+        // Errors: a setting naming no function, a function that skips ids, a dropped function.
+        exec("SET pg_skills.relevance_function = 'public.no_such_ranker'");
+        assert_refused(
+            "PERFORM skills.fit()",
+            "undefined_function",
+            "pg_skills.relevance_function names no function public.no_such_ranker(text, bigint[])",
+        );
+        exec("SET pg_skills.relevance_function = 'public.forgetful_cross_encoder'");
+        assert_refused(
+            "PERFORM skills.fit()",
+            "data_exception",
+            "relevance function public.forgetful_cross_encoder(text,bigint[]) returned no score for skill %",
+        );
+        exec("SET pg_skills.relevance_function = 'public.stub_cross_encoder'");
+        exec("DROP FUNCTION public.stub_cross_encoder(text, bigint[])");
+        assert_refused(
+            &format!("PERFORM * FROM skills.search({q}, k => 3)"),
+            "undefined_function",
+            "pg_skills.relevance_function names no function public.stub_cross_encoder(text, bigint[])",
+        );
+        exec("RESET pg_skills.relevance_function");
+    }
+
+    #[pg_test]
+    fn record_run_validates_arms_and_flags_stale_versions() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        assert_refused(
+            "PERFORM skills.record_run('t', '[{\"skill_id\": 999999, \"passed\": true}]')",
+            "foreign_key_violation",
+            "arm 1: skill 999999 does not exist",
+        );
+        assert_refused(
+            &format!(
+                "PERFORM skills.record_run('t', '[{{\"skill_id\": {}}}]')",
+                ids[0]
+            ),
+            "invalid_parameter_value",
+            "arm 1 is malformed%",
+        );
+        assert_refused(
+            "PERFORM skills.record_run('t', '[]')",
+            "invalid_parameter_value",
+            "arms must be a non-empty JSON array",
+        );
+        assert_refused(
+            &format!(
+                "PERFORM skills.record_run('t', '[{{\"skill_id\": {0}, \"passed\": true}}, {{\"skill_id\": {0}, \"passed\": false}}]')",
+                ids[0]
+            ),
+            "unique_violation",
+            "arm 2: skill % appears twice in one run",
+        );
+        // Served at version 1, changed since: refused, or recorded stale on request.
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'Use conftest.py and scope=module.' WHERE id = {}",
+            ids[0]
+        ));
+        let served = format!(
+            "'[{{\"skill_id\": {}, \"passed\": true, \"version\": 1}}, {{\"skill_id\": {}, \"passed\": false}}]'",
+            ids[0], ids[1]
+        );
+        assert_refused(
+            &format!("PERFORM skills.record_run('write fixtures', {served})"),
+            "object_not_in_prerequisite_state",
+            "arm 1: skill % changed since it was served (served version 1, now version 2)",
+        );
+        exec(&format!(
+            "SELECT skills.record_run('write fixtures', {served}, allow_stale => true)"
+        ));
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.event_arm WHERE stale"),
+            1
+        );
+        // The fit skips the stale arm: one arm left, no pair.
+        exec("SELECT skills.embed_pending()");
+        let round: i32 = one("SELECT skills.fit()");
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT report FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert_eq!(report.0["arms"], serde_json::json!(1), "{}", report.0);
+        assert_eq!(report.0["discordant_groups"], serde_json::json!(0));
+    }
+
+    #[pg_test]
+    fn keyopt_through_the_key_index_agrees_with_the_exact_scan() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        record_bisect_runs(&ids);
+        exec("SELECT skills.fit()");
+        let queries = [
+            "'my tests fail since I merged a branch'",
+            "'slow postgres query'",
+            "'kubernetes pod restarts'",
+        ];
+        let exact: Vec<Vec<(i64, f64)>> = queries
+            .iter()
+            .map(|q| search(&format!("{q}, k => 3, method => 'keyopt'")))
+            .collect();
+        let all = search(&format!("{}, k => NULL, method => 'keyopt'", queries[0]));
+        assert_eq!(all.len(), 5, "k => NULL scores every keyed skill");
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0)");
+        exec("CREATE INDEX event_task_key ON skills.event USING skeys (task_key)");
+        exec("SET LOCAL pg_skills.key_probes = 65535");
+        exec("SET LOCAL enable_seqscan = off");
+        for (q, want) in queries.iter().zip(&exact) {
+            let got = search(&format!("{q}, k => 3, method => 'keyopt'"));
+            assert_eq!(ids_of(&got), ids_of(want), "{q}");
+            for (a, b) in got.iter().zip(want) {
+                assert!((a.1 - b.1).abs() < 1e-5, "{q}: {got:?} vs {want:?}");
+            }
+        }
+        let filtered = search(&format!(
+            "{}, categories => '{{devops_infra}}', k => 3, method => 'keyopt'",
+            queries[2]
+        ));
+        let devops: i64 = one("SELECT count(*) FROM skills.skill WHERE category = 'devops_infra'");
+        assert_eq!(filtered.len() as i64, devops.min(3));
+    }
+
+    /// (query_no, skill_id, score, device) rows of a skills.keyopt_rank_batch call.
+    fn batch(args: &str) -> Vec<(i32, i64, f64, String)> {
+        let sql = format!(
+            "SELECT query_no, skill_id, score, device FROM skills.keyopt_rank_batch({args}) \
+             ORDER BY query_no, rank"
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[])
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .map(|r| {
+                    (
+                        r.get::<i32>(1).unwrap().unwrap(),
+                        r.get::<i64>(2).unwrap().unwrap(),
+                        r.get::<f64>(3).unwrap().unwrap(),
+                        r.get::<String>(4).unwrap().unwrap(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    #[pg_test]
+    fn batch_ranking_is_each_searchs_ranking() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        record_bisect_runs(&ids);
+        exec("SELECT skills.fit()");
+        let queries = [
+            "my tests fail since I merged a branch",
+            "slow postgres query",
+            "kubernetes pod restarts",
+            "which commit broke the build",
+        ];
+        let array = format!(
+            "ARRAY[{}]",
+            queries
+                .iter()
+                .map(|q| quote(q))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut cpu_rows = Vec::new();
+        for (k, categories) in [(3, "NULL"), (10, "NULL"), (2, "'{testing,devops_infra}'")] {
+            let rows = batch(&format!("{array}, {k}, {categories}"));
+            assert!(rows.iter().all(|r| r.3 == "cpu"), "{rows:?}");
+            for (i, q) in queries.iter().enumerate() {
+                let want = search(&format!(
+                    "{}, k => {k}, categories => {categories}, method => 'keyopt'",
+                    quote(q)
+                ));
+                let got: Vec<(i64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.0 == i as i32 + 1)
+                    .map(|r| (r.1, r.2))
+                    .collect();
+                assert!(!want.is_empty(), "{q}");
+                assert_eq!(got, want, "{q}, k {k}, categories {categories}");
+            }
+            cpu_rows.push(rows);
+        }
+        // The GPU setting where no GPU can be used: a NOTICE, and the CPU's rankings.
+        exec("SET LOCAL pg_skills.device = 'cuda'");
+        let rows = batch(&format!("{array}, 3, NULL"));
+        let ids = |rows: &[(i32, i64, f64, String)]| -> Vec<(i32, i64)> {
+            rows.iter().map(|r| (r.0, r.1)).collect()
+        };
+        assert_eq!(ids(&rows), ids(&cpu_rows[0]));
+        assert!(
+            rows.iter()
+                .all(|r| r.3 == "cpu" || r.3.starts_with("cuda: ")),
+            "{rows:?}"
+        );
+    }
+
+    #[pg_test(error = "k must be between 1 and 1000, got 0")]
+    fn batch_k_is_bounded() {
+        exec("SELECT * FROM skills.keyopt_rank_batch(ARRAY['x'], 0)");
+    }
+
+    #[pg_test(error = "query 2 is NULL")]
+    fn batch_queries_are_not_null() {
+        exec("SELECT * FROM skills.keyopt_rank_batch(ARRAY['x', NULL], 3)");
+    }
+}

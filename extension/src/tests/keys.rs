@@ -1,0 +1,238 @@
+//! Skill keys: the skills.key type, its operators, and the skeys index (recall, agreement with a
+//! sequential scan, iterative scans, bad input).
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::helpers::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn key_text_and_array_input_round_trip() {
+        let mut v = vec![0.0f32; KEY_DIM];
+        v[0] = 0.5;
+        v[1] = -2.0;
+        v[511] = 0.1;
+        let text: String = one(&format!("SELECT {}::text", key_literal(&v)));
+        assert!(text.starts_with("[0.5,-2,0,"), "{}", &text[..20]);
+        assert!(text.ends_with(",0.1]"), "{}", &text[text.len() - 20..]);
+        let again: String = one(&format!("SELECT '{text}'::skills.key::text"));
+        assert_eq!(again, text);
+        let dims: i32 = one(&format!("SELECT skills.key_dims({})", key_literal(&v)));
+        assert_eq!(dims, 512);
+        let from_array: String =
+            one("SELECT (array_fill(0.25::real, ARRAY[512]))::skills.key::real[]::text");
+        assert!(from_array.starts_with("{0.25,0.25"), "{from_array}");
+        let norm: f64 =
+            one("SELECT skills.key_norm(array_fill(0.5::float8, ARRAY[512])::skills.key)");
+        assert!((norm - (512.0f64 * 0.25).sqrt()).abs() < 1e-9, "{norm}");
+    }
+
+    #[pg_test(error = "a skill key has 512 dimensions, not 3")]
+    fn key_wrong_dimensions_rejected() {
+        exec("SELECT '[1,2,3]'::skills.key");
+    }
+
+    #[pg_test(error = "NaN in dimension 1 of a skill key")]
+    fn key_nan_rejected() {
+        exec("SELECT (ARRAY['NaN'::real] || array_fill(1::real, ARRAY[511]))::skills.key");
+    }
+
+    #[pg_test(error = "infinity in dimension 2 of a skill key")]
+    fn key_infinity_rejected() {
+        exec("SELECT (ARRAY[1::real, 'Infinity'::real] || array_fill(1::real, ARRAY[510]))::skills.key");
+    }
+
+    #[pg_test(error = "value 70000 in dimension 1 of a skill key is out of range")]
+    fn key_beyond_f16_rejected() {
+        exec("SELECT (ARRAY[70000::real] || array_fill(1::real, ARRAY[511]))::skills.key");
+    }
+
+    #[pg_test(error = "a skill key must not be the zero vector")]
+    fn key_zero_rejected() {
+        exec("SELECT array_fill(0::real, ARRAY[512])::skills.key");
+    }
+
+    #[pg_test(error = "invalid input syntax for type skills.key: \"abc\" is not a number")]
+    fn key_garbage_rejected() {
+        exec("SELECT '[abc, 1]'::skills.key");
+    }
+
+    #[pg_test(error = "a skill key cannot contain NULL")]
+    fn key_null_element_rejected() {
+        exec("SELECT (ARRAY[NULL::real] || array_fill(1::real, ARRAY[511]))::skills.key");
+    }
+
+    #[pg_test]
+    fn key_operators_follow_pgvector() {
+        let (a, b) = (key_literal(&unit(0)), {
+            let mut v = unit(0);
+            v[1] = 1.0;
+            key_literal(&v)
+        });
+        let ip: f64 = one(&format!("SELECT {a} OPERATOR(skills.<#>) {b}"));
+        assert_eq!(ip, -1.0);
+        let cos: f64 = one(&format!("SELECT {a} OPERATOR(skills.<=>) {b}"));
+        assert!((cos - (1.0 - 1.0 / 2f64.sqrt())).abs() < 1e-3, "{cos}");
+        let l2: f64 = one(&format!("SELECT {a} OPERATOR(skills.<->) {b}"));
+        assert!((l2 - 1.0).abs() < 1e-6, "{l2}");
+    }
+
+    #[pg_test]
+    fn key_index_recall_and_exactness_at_full_breadth() {
+        let queries = key_table(3000, 5);
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key)");
+        let lists: i32 = one("SELECT lists FROM skills.key_index_stats('key_test_ip')");
+        assert_eq!(lists, 55, "√3000 lists");
+        let entries: i64 = one("SELECT entries FROM skills.key_index_stats('key_test_ip')");
+        assert_eq!(entries, 3000);
+        let sql = format!(
+            "SELECT id FROM key_test ORDER BY key OPERATOR(skills.<#>) {} LIMIT 10",
+            key_literal(&queries[0])
+        );
+        assert!(
+            plan(&sql).contains("Index Scan using key_test_ip"),
+            "{}",
+            plan(&sql)
+        );
+
+        let mut found = 0;
+        for q in &queries {
+            let exact = seqscan(|| nearest("<#>", q, "", 10));
+            let approx = nearest("<#>", q, "", 10);
+            assert_eq!(approx.len(), 10);
+            // Distances the index orders by are the operator's, so the rows come back sorted.
+            assert!(approx.windows(2).all(|w| w[0].1 <= w[1].1), "{approx:?}");
+            let truth: std::collections::HashSet<i64> = exact.iter().map(|r| r.0).collect();
+            found += approx.iter().filter(|r| truth.contains(&r.0)).count();
+            let recall: f64 = one(&format!(
+                "SELECT skills.key_recall('key_test_ip', {}, 10)",
+                key_literal(q)
+            ));
+            assert!((0.0..=1.0).contains(&recall));
+        }
+        let recall = found as f64 / (queries.len() * 10) as f64;
+        assert!(recall >= 0.95, "recall@10 {recall} at the default breadth");
+
+        exec("SET LOCAL pg_skills.key_probes = 55");
+        for q in &queries[..5] {
+            let exact = seqscan(|| nearest("<#>", q, "", 10));
+            assert_eq!(
+                nearest("<#>", q, "", 10),
+                exact,
+                "every list read = exact search"
+            );
+            let recall: f64 = one(&format!(
+                "SELECT skills.key_recall('key_test_ip', {}, 10)",
+                key_literal(q)
+            ));
+            assert_eq!(recall, 1.0);
+        }
+    }
+
+    #[pg_test]
+    fn key_index_cosine_and_l2_classes_agree_with_seqscan() {
+        let queries = key_table(600, 8);
+        for (class, op) in [
+            ("skills.key_cosine_ops", "<=>"),
+            ("skills.key_l2_ops", "<->"),
+        ] {
+            exec(&format!(
+                "CREATE INDEX key_test_m ON key_test USING skeys (key {class}) WITH (lists = 8)"
+            ));
+            exec("SET LOCAL pg_skills.key_probes = 8");
+            for q in &queries[..4] {
+                let exact = seqscan(|| nearest(op, q, "", 10));
+                assert_eq!(nearest(op, q, "", 10), exact, "{class}");
+            }
+            let metric: String = one("SELECT metric FROM skills.key_index_stats('key_test_m')");
+            assert_eq!(metric, if op == "<=>" { "cosine" } else { "l2" });
+            exec("DROP INDEX key_test_m");
+        }
+    }
+
+    #[pg_test]
+    fn key_index_sees_inserts_and_hides_deleted_rows() {
+        let queries = key_table(1000, 13);
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 10)");
+        // New rows go into lists; an update is a delete plus an insert.
+        let extra = clustered(&centres(40, KEY_DIM, 13), KEY_DIM, 300, 99);
+        for (j, k) in extra.chunks_exact(KEY_DIM).enumerate() {
+            exec(&format!(
+                "INSERT INTO key_test VALUES ({}, 0, {})",
+                5000 + j,
+                key_literal(k)
+            ));
+        }
+        exec("DELETE FROM key_test WHERE id % 3 = 0");
+        exec("UPDATE key_test SET key = key WHERE id % 7 = 0");
+        exec("SET LOCAL pg_skills.key_probes = 10");
+        for q in &queries[..6] {
+            let exact = seqscan(|| nearest("<#>", q, "", 15));
+            let got = nearest("<#>", q, "", 15);
+            assert_eq!(got, exact);
+            assert!(got.iter().all(|r| r.0 % 3 != 0));
+        }
+    }
+
+    #[pg_test]
+    fn key_iterative_scan_fills_filtered_queries() {
+        let queries = key_table(2000, 17);
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 40)");
+        exec("ANALYZE key_test");
+        exec("SET LOCAL pg_skills.key_probes = 1");
+        for q in &queries[..5] {
+            let sql = format!(
+                "SELECT id FROM key_test WHERE category = 3 ORDER BY key OPERATOR(skills.<#>) {} LIMIT 10",
+                key_literal(q)
+            );
+            let shown = plan(&sql);
+            assert!(shown.contains("Index Scan using key_test_ip"), "{shown}");
+            // One category in ten and one list in forty: the first list rarely holds 10 of them.
+            let got = nearest("<#>", q, "WHERE category = 3", 10);
+            assert_eq!(
+                got.len(),
+                10,
+                "a filtered query returns k rows when k rows match"
+            );
+        }
+        exec("SET LOCAL pg_skills.key_max_probes = 1");
+        let capped = nearest("<#>", &queries[0], "WHERE category = 3", 10);
+        let per_list: i64 = one("SELECT largest_list FROM skills.key_index_stats('key_test_ip')");
+        assert!(
+            capped.len() as i64 <= per_list,
+            "max_probes bounds the scan"
+        );
+    }
+
+    #[pg_test]
+    fn key_index_built_empty_takes_inserts() {
+        exec(
+            "CREATE TABLE key_test (id bigint PRIMARY KEY, category int NOT NULL, key skills.key)",
+        );
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key)");
+        let lists: i32 = one("SELECT lists FROM skills.key_index_stats('key_test_ip')");
+        assert_eq!(lists, 1);
+        for i in 0..20 {
+            exec(&format!(
+                "INSERT INTO key_test VALUES ({i}, 0, {})",
+                key_literal(&unit(i))
+            ));
+        }
+        exec("INSERT INTO key_test VALUES (100, 0, NULL)");
+        let got = nearest("<#>", &unit(7), "", 3);
+        assert_eq!(got[0], (7, -1.0));
+        assert_eq!(got.len(), 3);
+    }
+
+    #[pg_test(error = "value -1 out of bounds for option \"lists\"")]
+    fn key_index_lists_out_of_range() {
+        key_table(10, 1);
+        exec("CREATE INDEX ON key_test USING skeys (key) WITH (lists = -1)");
+    }
+
+    #[pg_test(error = "\"skill_bm25\" is not a skeys index")]
+    fn key_stats_of_another_index() {
+        exec("SELECT * FROM skills.key_index_stats('skills.skill_bm25')");
+    }
+}

@@ -1,0 +1,298 @@
+//! The search request: limits, score parts, hybrid, graph, skilltrace, render_context.
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::helpers::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn token_budget_and_min_score_serve_greedily_in_rank_order() {
+        budget_corpus();
+        let all = served("'rust borrow', method => 'bm25'");
+        assert_eq!(all.len(), 12);
+        for budget in [0, 50, 120, 400, 1000, 5000] {
+            for k in [None, Some(1), Some(3), Some(20)] {
+                let k_arg = k.map_or("NULL".to_string(), |k: usize| k.to_string());
+                let got = served(&format!(
+                    "'rust borrow', k => {k_arg}, token_budget => {budget}, method => 'bm25'"
+                ));
+                // Greedy over the full ranking: skip what does not fit, stop at k.
+                let mut left = budget as i64;
+                let mut want = Vec::new();
+                for row in &all {
+                    if k.is_some_and(|k| want.len() >= k) {
+                        break;
+                    }
+                    if row.2 as i64 <= left {
+                        left -= row.2 as i64;
+                        want.push(*row);
+                    }
+                }
+                assert_eq!(got, want, "budget {budget}, k {k:?}");
+                assert!(got.iter().map(|r| r.2 as i64).sum::<i64>() <= budget as i64);
+            }
+        }
+        let threshold = all[4].1;
+        let above = served(&format!(
+            "'rust borrow', min_score => {threshold}, method => 'bm25'"
+        ));
+        assert_eq!(
+            above,
+            all.iter()
+                .copied()
+                .filter(|r| r.1 >= threshold)
+                .collect::<Vec<_>>()
+        );
+        assert!(served("'rust borrow', min_score => 1e9, method => 'bm25'").is_empty());
+    }
+
+    #[pg_test]
+    fn bm25_rows_carry_their_parts_and_tokens() {
+        let ids = budget_corpus();
+        let row: (Option<f64>, Option<f64>, Option<f64>, Option<f64>, f64, i32) = Spi::connect(
+            |c| {
+                let r = c
+                .select(
+                    "SELECT bm25, semantic, graph, beta, score, tokens FROM skills.search('rust', k => 1, method => 'bm25')",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .first();
+                (
+                    r.get(1).unwrap(),
+                    r.get(2).unwrap(),
+                    r.get(3).unwrap(),
+                    r.get(4).unwrap(),
+                    r.get::<f64>(5).unwrap().unwrap(),
+                    r.get::<i32>(6).unwrap().unwrap(),
+                )
+            },
+        );
+        assert_eq!(row.0, Some(row.4));
+        assert_eq!((row.1, row.2, row.3), (None, None, None));
+        let max_tokens: i32 = one(&format!(
+            "SELECT max(token_count) FROM skills.skill WHERE id = ANY (ARRAY{ids:?})"
+        ));
+        assert!(row.5 > 0 && row.5 <= max_tokens);
+    }
+
+    #[pg_test(error = "token_budget must be at least 0, got -1")]
+    fn negative_budget_rejected() {
+        served("'x', token_budget => -1, method => 'bm25'");
+    }
+
+    #[pg_test(error = "min_score must be a number, got NaN")]
+    fn nan_threshold_rejected() {
+        served("'x', min_score => 'NaN', method => 'bm25'");
+    }
+
+    #[pg_test]
+    fn unknown_method_and_category_errors_list_the_valid_ones() {
+        let hint = hint_of("SELECT * FROM skills.search('x', method => 'magic')");
+        assert_eq!(
+            hint,
+            "Valid methods: bm25, semantic, hybrid, graph, skilltrace, keyopt."
+        );
+        let hint = hint_of(
+            "SELECT * FROM skills.search('x', categories => '{cooking}', method => 'bm25')",
+        );
+        assert!(
+            hint.starts_with("Valid categories: code_generation, testing, debugging,"),
+            "{hint}"
+        );
+    }
+
+    #[pg_test]
+    fn render_context_stays_within_the_budget() {
+        budget_corpus();
+        let full: String =
+            one("SELECT skills.render_context('rust borrow', k => 3, method => 'bm25')");
+        assert_eq!(full.matches("## Skill: ").count(), 3);
+        assert!(full.contains("(source: local; pg_skills skill "));
+        let full_tokens: i32 = one(&format!("SELECT skills.prompt_tokens({})", quote(&full)));
+        for budget in [0, 40, full_tokens / 2, full_tokens, full_tokens * 10] {
+            let block: String = one(&format!(
+                "SELECT skills.render_context('rust borrow', k => 3, token_budget => {budget}, method => 'bm25')"
+            ));
+            let used: i32 = one(&format!("SELECT skills.prompt_tokens({})", quote(&block)));
+            assert!(used <= budget, "budget {budget}: {used} tokens");
+            if budget >= full_tokens {
+                assert_eq!(block, full);
+            }
+        }
+        let empty: String = one("SELECT skills.render_context('zebra', method => 'bm25')");
+        assert_eq!(empty, "");
+    }
+
+    #[pg_test]
+    fn build_graph_reads_rules_and_keeps_hand_made_edges() {
+        let build = insert(
+            "docker-build",
+            "Build container images",
+            "## Outputs\nA Dockerfile and an image.\n",
+        );
+        let deploy = insert(
+            "k8s-deploy",
+            "Deploy a service to Kubernetes",
+            "## Prerequisites\n- an image from `docker-build`\n- the Dockerfile\n",
+        );
+        let docs = insert(
+            "write-docs",
+            "Write docs",
+            "## See also\n- [k8s-deploy](../k8s-deploy/)\n",
+        );
+        exec(&format!(
+            "INSERT INTO skills.edge (from_skill, to_skill, type, weight) VALUES ({docs}, {build}, 'workflow', 2)"
+        ));
+        let version: i64 = one("SELECT version FROM skills.graph_state");
+        exec("SELECT skills.build_graph()");
+        assert!(one::<i64>("SELECT version FROM skills.graph_state") > version);
+        let edges =
+            |sql: &str| -> i64 { one(&format!("SELECT count(*) FROM skills.edge WHERE {sql}")) };
+        // needs-mention and artifact both give build -> deploy (one row, the first rule's name).
+        assert_eq!(edges(&format!("from_skill = {build} AND to_skill = {deploy} AND type = 'dependency' AND provenance LIKE 'auto:%'")), 1);
+        assert_eq!(edges(&format!("from_skill = {docs} AND to_skill = {deploy} AND type = 'workflow' AND weight = 0.5")), 1);
+        assert_eq!(edges(&format!("from_skill = {docs} AND to_skill = {build} AND provenance = 'manual' AND weight = 2")), 1);
+        // A rebuild replaces only automatic edges.
+        exec("SELECT skills.build_graph()");
+        assert_eq!(edges("provenance = 'manual'"), 1);
+        assert_eq!(edges("true"), 3);
+    }
+
+    #[pg_test(
+        error = "new row for relation \"edge\" violates check constraint \"edge_not_a_loop\""
+    )]
+    fn self_edges_rejected() {
+        let a = insert("alpha", "", "");
+        exec(&format!(
+            "INSERT INTO skills.edge (from_skill, to_skill, type, weight) VALUES ({a}, {a}, 'semantic', 1)"
+        ));
+    }
+
+    #[pg_test]
+    fn every_listed_method_answers() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let published: Vec<String> = one("SELECT skills.search_methods()");
+        assert_eq!(published, pg_skills_kernels::serving::SearchMethod::names());
+        for method in published {
+            let rows = search(&format!(
+                "'write pytest fixtures for a database', k => 3, method => '{method}'"
+            ));
+            assert!(!rows.is_empty(), "{method} served nothing");
+        }
+    }
+
+    #[pg_test]
+    fn hybrid_is_reciprocal_rank_fusion_of_bm25_and_semantic() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'find which commit broke the rust tests'";
+        let bm25 = search(&format!("{q}, k => NULL, method => 'bm25'"));
+        let semantic = search(&format!("{q}, k => NULL, method => 'semantic'"));
+        let hybrid = search(&format!(
+            "{q}, k => NULL, method => 'hybrid', bm25_weight => 2"
+        ));
+        let mut want: Vec<(i64, f64)> = semantic
+            .iter()
+            .map(|s| s.0)
+            .chain(bm25.iter().map(|b| b.0))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|id| {
+                let rr = |list: &[(i64, f64)]| {
+                    list.iter()
+                        .position(|x| x.0 == id)
+                        .map_or(0.0, |p| 1.0 / (61.0 + p as f64))
+                };
+                (id, 2.0 * rr(&bm25) + rr(&semantic))
+            })
+            .collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        assert_eq!(ids_of(&hybrid), ids_of(&want));
+        for (a, b) in hybrid.iter().zip(&want) {
+            assert!((a.1 - b.1).abs() < 1e-12);
+        }
+    }
+
+    #[pg_test]
+    fn graph_walk_follows_edges_and_sees_edge_changes_at_once() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'configure liveness probes for my kubernetes deployment'";
+        let before = search(&format!("{q}, k => NULL, method => 'graph'"));
+        // Without edges only the seeds score, the first-stage favourite (the probes skill) first.
+        assert_eq!(before[0].0, ids[1], "{before:?}");
+        let sql_tuning = ids[3];
+        let position = |rows: &[(i64, f64)], id: i64| rows.iter().position(|r| r.0 == id);
+        let score_of =
+            |rows: &[(i64, f64)], id: i64| rows.iter().find(|r| r.0 == id).map_or(0.0, |r| r.1);
+        // The probes skill depends on sql-index-tuning (by hand): the walk carries mass there.
+        exec(&format!(
+            "INSERT INTO skills.edge (from_skill, to_skill, type, weight) VALUES ({}, {sql_tuning}, 'dependency', 5)",
+            ids[1]
+        ));
+        let after = search(&format!("{q}, k => NULL, method => 'graph'"));
+        assert!(
+            score_of(&after, sql_tuning) > score_of(&before, sql_tuning),
+            "{before:?} {after:?}"
+        );
+        assert_eq!(position(&after, sql_tuning), Some(1), "{after:?}");
+        let total: f64 = after.iter().map(|r| r.1).sum();
+        assert!(
+            (total - 1.0).abs() < 1e-6,
+            "the walk's scores sum to 1: {total}"
+        );
+        // The pools filter after the walk.
+        let testing = search(&format!(
+            "{q}, categories => '{{testing}}', k => NULL, method => 'graph'"
+        ));
+        let in_testing: Vec<i64> = ids_of(&after)
+            .into_iter()
+            .filter(|id| {
+                one::<bool>(&format!(
+                    "SELECT category = 'testing' FROM skills.skill WHERE id = {id}"
+                ))
+            })
+            .collect();
+        assert_eq!(ids_of(&testing), in_testing);
+        exec("DELETE FROM skills.edge");
+        assert_eq!(
+            search(&format!("{q}, k => NULL, method => 'graph'")),
+            before
+        );
+    }
+
+    #[pg_test]
+    fn skilltrace_learns_from_recorded_runs() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'tests fail since we merged the feature branch'";
+        let before = search(&format!("{q}, k => 5, method => 'skilltrace'"));
+        assert!(!before.is_empty());
+        record_bisect_runs(&ids);
+        let after = search(&format!("{q}, k => 5, method => 'skilltrace'"));
+        assert_eq!(
+            after[0].0, ids[4],
+            "git-bisect passed on similar tasks: {after:?}"
+        );
+        assert!(
+            after[0].1 > before.iter().find(|r| r.0 == ids[4]).map_or(0.0, |r| r.1),
+            "{before:?} -> {after:?}"
+        );
+    }
+}

@@ -1,0 +1,327 @@
+//! The skills table (trigger, constraints, versions, pools), the reference BM25 search and its
+//! request errors, tokenize, apply_staging.
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::helpers::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn insert_derives_hash_tokens_category_and_version() {
+        let id = insert(
+            "pytest-fixtures",
+            "Write pytest fixtures for unit tests",
+            "Use conftest.py.",
+        );
+        let (hash, tokens, category, version): (String, i32, String, i32) = (
+            one(&format!(
+                "SELECT content_hash FROM skills.skill WHERE id = {id}"
+            )),
+            one(&format!(
+                "SELECT token_count FROM skills.skill WHERE id = {id}"
+            )),
+            one(&format!(
+                "SELECT category::text FROM skills.skill WHERE id = {id}"
+            )),
+            one(&format!("SELECT version FROM skills.skill WHERE id = {id}")),
+        );
+        assert_eq!(
+            hash,
+            pg_skills_corpus::skill::content_hash(
+                "pytest-fixtures",
+                "Write pytest fixtures for unit tests",
+                "Use conftest.py."
+            )
+        );
+        assert!(tokens > 5 && tokens < 40, "{tokens}");
+        assert_eq!(category, "testing");
+        assert_eq!(version, 1);
+    }
+
+    #[pg_test]
+    fn explicit_category_overrides_classifier() {
+        exec("INSERT INTO skills.skill (name, description, category) VALUES ('pytest-x', 'unit tests', 'docs_tooling')");
+        assert_eq!(
+            one::<String>("SELECT category::text FROM skills.skill"),
+            "docs_tooling"
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.pool_docs_tooling"),
+            1
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.pool_testing"), 0);
+    }
+
+    #[pg_test(error = "a skill needs a non-empty name")]
+    fn empty_name_rejected() {
+        insert("   ", "d", "i");
+    }
+
+    #[pg_test(error = "invalid input value for enum skills.category: \"cooking\"")]
+    fn unknown_category_rejected() {
+        exec("INSERT INTO skills.skill (name, category) VALUES ('x', 'cooking')");
+    }
+
+    #[pg_test(error = "skill \"big\" is 2003 bytes, over the limit of 1024 bytes")]
+    fn oversized_document_rejected() {
+        exec("SET LOCAL pg_skills.max_document_size = '1kB'");
+        insert("big", "", &"x".repeat(2000));
+    }
+
+    #[pg_test(
+        error = "duplicate key value violates unique constraint \"skill_content_hash_unique\""
+    )]
+    fn same_normalised_content_is_one_skill() {
+        insert("a", "desc", "body");
+        insert(" a ", "desc ", "body\r\n");
+    }
+
+    #[pg_test]
+    fn same_name_different_content_is_two_skills() {
+        insert("a", "desc", "body one");
+        insert("a", "desc", "body two");
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.skill WHERE name = 'a'"),
+            2
+        );
+    }
+
+    #[pg_test]
+    fn content_change_bumps_version_and_keeps_history() {
+        let id = insert("a", "desc", "body one");
+        let old_hash: String = one(&format!(
+            "SELECT content_hash FROM skills.skill WHERE id = {id}"
+        ));
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'testing' WHERE id = {id}"
+        ));
+        assert_eq!(
+            one::<i32>(&format!("SELECT version FROM skills.skill WHERE id = {id}")),
+            1
+        );
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'body two' WHERE id = {id}"
+        ));
+        assert_eq!(
+            one::<i32>(&format!("SELECT version FROM skills.skill WHERE id = {id}")),
+            2
+        );
+        assert_ne!(
+            one::<String>(&format!(
+                "SELECT content_hash FROM skills.skill WHERE id = {id}"
+            )),
+            old_hash
+        );
+        assert_eq!(
+            one::<String>(&format!("SELECT content_hash FROM skills.skill_version WHERE skill_id = {id} AND version = 1")),
+            old_hash
+        );
+    }
+
+    #[pg_test]
+    fn pools_partition_the_table() {
+        insert("pytest-fixtures", "unit tests", "");
+        insert("k8s-deploy", "deploy a container to kubernetes", "");
+        insert("readme", "write docs", "");
+        let pools: i64 = one(
+            "SELECT (SELECT count(*) FROM skills.pool_code_generation) + (SELECT count(*) FROM skills.pool_testing)
+                  + (SELECT count(*) FROM skills.pool_debugging) + (SELECT count(*) FROM skills.pool_refactoring_review)
+                  + (SELECT count(*) FROM skills.pool_data_ml) + (SELECT count(*) FROM skills.pool_devops_infra)
+                  + (SELECT count(*) FROM skills.pool_docs_tooling)",
+        );
+        assert_eq!(pools, 3);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.pool_devops_infra"),
+            1
+        );
+    }
+
+    #[pg_test]
+    fn bm25_scores_match_hand_computed_values() {
+        let [a, _, c] = tiny_corpus();
+        let hits = search("'rust'");
+        // See pg_skills_kernels::bm25 tests for the arithmetic.
+        assert_eq!(hits.len(), 2);
+        assert_eq!(hits[0].0, c);
+        assert!((hits[0].1 - 0.606_456_3).abs() < 1e-6, "{hits:?}");
+        assert_eq!(hits[1].0, a);
+        assert!((hits[1].1 - 0.470_003_6).abs() < 1e-6, "{hits:?}");
+    }
+
+    #[pg_test]
+    fn bm25_parameters_come_from_gucs() {
+        tiny_corpus();
+        let default = search("'rust'");
+        exec("SET LOCAL pg_skills.bm25_b = 0");
+        let no_norm = search("'rust'");
+        assert_ne!(default[0].1, no_norm[0].1);
+        // b = 0: doc 3 (tf 2) = ln(1.6)·2·2.5 / (2 + 1.5)
+        assert!((no_norm[0].1 - (1.6f64).ln() * 5.0 / 3.5).abs() < 1e-9);
+    }
+
+    #[pg_test]
+    fn category_filter_and_limits() {
+        let [a, b, c] = tiny_corpus();
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'testing' WHERE id IN ({a}, {b})"
+        ));
+        exec(&format!(
+            "UPDATE skills.skill SET category = 'debugging' WHERE id = {c}"
+        ));
+        let all = search("'rust python', k => NULL");
+        assert_eq!(all.len(), 3);
+        let testing = search("'rust python', categories => '{testing}', k => NULL");
+        assert_eq!(
+            testing.iter().map(|h| h.0).collect::<Vec<_>>(),
+            all.iter()
+                .map(|h| h.0)
+                .filter(|id| *id != c)
+                .collect::<Vec<_>>()
+        );
+        for (id, score) in &testing {
+            assert_eq!(
+                all.iter().find(|h| h.0 == *id).unwrap().1,
+                *score,
+                "filter must not change scores"
+            );
+        }
+        assert_eq!(search("'rust python', k => 1"), all[..1].to_vec());
+        assert_eq!(search("'rust python', categories => '{data_ml}'").len(), 0);
+    }
+
+    #[pg_test]
+    fn functions_shadowing_builtins_are_not_called() {
+        // With the extension's bm25 index (the path that calls array_length).
+        insert(
+            "rust-backtrace",
+            "find where a rust program panicked",
+            "RUST_BACKTRACE=1",
+        );
+        insert("cargo-test", "run rust tests", "cargo test");
+        // The issue's reproduction: exact argument types in public beat pg_catalog's
+        // polymorphic array_length and the casting numeric * float8.
+        exec(
+            "CREATE FUNCTION public.array_length(regclass[], integer) RETURNS integer \
+             LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the shadowing array_length ran'; END $$",
+        );
+        exec(
+            "CREATE FUNCTION public.trap_mul(numeric, double precision) RETURNS double precision \
+             LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the shadowing * ran'; END $$",
+        );
+        exec("CREATE OPERATOR public.* (LEFTARG = numeric, RIGHTARG = double precision, FUNCTION = public.trap_mul)");
+        exec("SET LOCAL search_path = public, pg_catalog");
+        assert_eq!(search("'rust'").len(), 2);
+        exec("SET LOCAL search_path = public");
+        assert_eq!(search("'rust'").len(), 2);
+        exec("SELECT skills.render_context('rust', method => 'bm25')");
+        if have_model() {
+            // The embedder's progress update computes 0.7 * rate (numeric * float8).
+            exec("SELECT skills.embed_pending()");
+            insert("rust-fmt", "format rust code", "cargo fmt");
+            exec("SELECT skills.embed_pending()");
+            assert!(!search("'rust', method => 'semantic'").is_empty());
+        }
+        // The statements ran under their own path; the session's is as it was.
+        assert_eq!(one::<String>("SHOW search_path"), "public");
+        exec("DROP OPERATOR public.* (numeric, double precision)");
+        exec("DROP FUNCTION public.trap_mul(numeric, double precision)");
+        exec("DROP FUNCTION public.array_length(regclass[], integer)");
+    }
+
+    #[pg_test]
+    fn degenerate_queries_return_nothing() {
+        tiny_corpus();
+        assert!(search("''").is_empty());
+        assert!(search("'the and of'").is_empty());
+        assert!(search("'  ?!  '").is_empty());
+        let long = "rust ".repeat(20_000);
+        // Over pg_skills.max_query_size (32kB): refused; a superuser may raise the bound.
+        assert_refused(
+            &format!(
+                "PERFORM * FROM skills.search({}, method => 'bm25')",
+                quote(&long)
+            ),
+            "program_limit_exceeded",
+            "the query text is 100000 bytes, over the limit of 32768 bytes",
+        );
+        exec("SET LOCAL pg_skills.max_query_size = '1MB'");
+        assert_eq!(search(&quote(&long)).len(), 2);
+    }
+
+    #[pg_test]
+    fn empty_table_searches_fine() {
+        assert!(search("'anything'").is_empty());
+        without_index();
+        assert!(search("'anything'").is_empty());
+    }
+
+    #[pg_test(error = "k must be at least 1, got 0")]
+    fn zero_k_rejected() {
+        search("'x', k => 0");
+    }
+
+    #[pg_test(error = "unknown search method \"magic\"")]
+    fn unknown_method_rejected() {
+        search("'x', method => 'magic'");
+    }
+
+    #[pg_test(error = "unknown category \"cooking\"")]
+    fn unknown_search_category_rejected() {
+        search("'x', categories => '{testing,cooking}'");
+    }
+
+    #[pg_test(error = "query must not be NULL")]
+    fn null_query_rejected() {
+        search("NULL");
+    }
+
+    #[pg_test]
+    fn tokenize_matches_the_analyzer() {
+        let tokens: Vec<String> = one("SELECT skills.tokenize('The Tests are Failing')");
+        assert_eq!(tokens, vec!["test", "fail"]);
+    }
+
+    #[pg_test]
+    fn apply_staging_new_unchanged_merged_updated() {
+        stage(&[("a", "one", "r1:a"), ("b", "two", "r1:b")]);
+        assert_eq!(apply(), (2, 0, 0, 0));
+        stage(&[("a", "one", "r1:a"), ("b", "two", "r1:b")]);
+        assert_eq!(
+            apply(),
+            (0, 0, 0, 2),
+            "re-running unchanged sources changes nothing"
+        );
+        stage(&[("a", "one", "r2:a")]);
+        assert_eq!(
+            apply(),
+            (0, 0, 1, 0),
+            "same content from a new place merges provenance"
+        );
+        assert_eq!(
+            one::<Vec<String>>(
+                "SELECT skills.provenance_locations(provenance) FROM skills.skill WHERE name = 'a'"
+            ),
+            vec!["r1:a", "r2:a"]
+        );
+        stage(&[("b", "two, edited", "r1:b")]);
+        assert_eq!(apply(), (0, 1, 0, 0), "changed file becomes a new version");
+        assert_eq!(
+            one::<i32>("SELECT version FROM skills.skill WHERE name = 'b'"),
+            2
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.skill"), 2);
+        // r1:a now holds new content while r2:a keeps the old: a new skill, and r1:a leaves the old one.
+        stage(&[("a", "one, edited", "r1:a")]);
+        assert_eq!(apply(), (1, 0, 0, 0));
+        assert_eq!(
+            one::<Vec<String>>("SELECT skills.provenance_locations(provenance) FROM skills.skill WHERE instructions = 'one'"),
+            vec!["r2:a"]
+        );
+    }
+
+    #[pg_test(error = "no staging table pg_temp.skill_staging in this session")]
+    fn apply_staging_without_staging_table() {
+        apply();
+    }
+}

@@ -1,0 +1,131 @@
+//! Step 4 of a fit: K-fold cross-validation over groups of source questions. Every setting of
+//! the grid is scored by the weighted share of held-out discordant pairs it orders correctly.
+
+use super::objective::fit_model;
+use super::pairs::Group;
+use super::{CvResult, FitOptions, SupportEvent};
+use crate::keyopt::memory::{self, EventMemory};
+use crate::rng::SplitMix64;
+use crate::vector::dot;
+
+/// Weighted share of a group's pairs that `scores` (per skill of the group) orders correctly;
+/// equal scores count half.
+fn pair_accuracy(group: &Group, scores: &[f32]) -> f64 {
+    let mut right = 0.0;
+    let mut total = 0.0;
+    for &(a, b, w) in &group.pairs {
+        let (sa, sb) = (scores[a as usize], scores[b as usize]);
+        let w = w as f64;
+        total += w;
+        if sa > sb {
+            right += w;
+        } else if sa == sb {
+            right += 0.5 * w;
+        }
+    }
+    right / total
+}
+
+/// The grid's held-out accuracy per setting, the number of held-out groups, and the accuracy of
+/// the first-stage score alone on the same groups.
+pub(super) fn cross_validate(
+    groups: &[Group],
+    events: &[SupportEvent],
+    n: usize,
+    dim: usize,
+    options: &FitOptions,
+) -> (Vec<CvResult>, usize, f64) {
+    let folds = options.folds.max(2);
+    let fold_of =
+        |g: &Group| (SplitMix64(g.fold_key ^ options.seed).next_u64() % folds as u64) as usize;
+    let grid = options.grid.settings();
+    let mut kappas: Vec<f32> = grid.iter().map(|s| s.kappa).collect();
+    kappas.sort_by(f32::total_cmp);
+    kappas.dedup();
+    let mut sums = vec![0.0f64; grid.len()];
+    let mut relevance_sum = 0.0;
+    let mut held_out = 0usize;
+    for fold in 0..folds {
+        crate::interrupt::check();
+        let train: Vec<&Group> = groups.iter().filter(|g| fold_of(g) != fold).collect();
+        let mut held: Vec<&Group> = groups
+            .iter()
+            .filter(|g| fold_of(g) == fold && !g.pairs.is_empty())
+            .collect();
+        if held.len() > options.cv_max_held_out.max(1) {
+            let step = held.len().div_ceil(options.cv_max_held_out.max(1));
+            held = held.into_iter().step_by(step).collect();
+        }
+        if held.is_empty() {
+            continue;
+        }
+        let model = fit_model(&train, n, dim, options, true);
+        let mut memory = EventMemory::new(dim);
+        for g in &train {
+            for &e in &g.events {
+                memory.push(&events[e].key, events[e].arms.clone());
+            }
+        }
+        for group in &held {
+            let neighbours = memory.neighbours(&group.key, options.neighbours);
+            let base = |use_dk: bool| -> Vec<f32> {
+                let (rho, beta) = model.scale_and_beta(use_dk);
+                group
+                    .skills
+                    .iter()
+                    .zip(&group.relevance)
+                    .map(|(&s, &r)| (rho * r as f64 + beta[s]) as f32)
+                    .collect()
+            };
+            let bases = [base(false), base(true)];
+            let u: Vec<f32> = group
+                .skills
+                .iter()
+                .map(|&s| {
+                    model
+                        .dk_row(s, dim)
+                        .map_or(0.0, |dk| dot(&group.centered, dk))
+                })
+                .collect();
+            let readings: Vec<Vec<f32>> = kappas
+                .iter()
+                .map(|&kappa| {
+                    group
+                        .skills
+                        .iter()
+                        .map(|&s| memory::event_reading(&neighbours, s as i64, kappa))
+                        .collect()
+                })
+                .collect();
+            relevance_sum += pair_accuracy(group, &group.relevance);
+            held_out += 1;
+            let mut scores = vec![0.0f32; group.skills.len()];
+            for (i, setting) in grid.iter().enumerate() {
+                let k = kappas
+                    .iter()
+                    .position(|&k| k == setting.kappa)
+                    .expect("kappa in list");
+                for j in 0..scores.len() {
+                    let dk_term = if setting.use_dk {
+                        u[j].clamp(-setting.clip, setting.clip)
+                    } else {
+                        0.0
+                    };
+                    scores[j] = bases[setting.use_dk as usize][j]
+                        + dk_term
+                        + setting.alpha * readings[k][j];
+                }
+                sums[i] += pair_accuracy(group, &scores);
+            }
+        }
+    }
+    let cv = grid
+        .iter()
+        .zip(&sums)
+        .map(|(&settings, &s)| CvResult {
+            settings,
+            accuracy: s / held_out.max(1) as f64,
+        })
+        .collect();
+    (cv, held_out, relevance_sum / held_out.max(1) as f64)
+}

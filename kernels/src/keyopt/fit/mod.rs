@@ -1,0 +1,445 @@
+//! Fitting a KeyOpt round from support runs. Steps 1 (pairs) in `pairs.rs`, 2–3 (the two
+//! objectives) in `objective.rs`, 4 (cross-validation) in `cv.rs`; this file ties them together.
+//!
+//! 1. Runs are grouped by *pairing key* (same task, executor and budget). Within a group, every
+//!    arm that passed is paired with every arm of another skill that failed: a discordant pair
+//!    "a beat b", weighted by how many such arm pairs the group holds. Under a logistic outcome
+//!    model P(pass) = σ(θ_task + score) the task difficulty θ cancels in a pair. A group where all
+//!    arms passed or all failed (a tied group) adds no pair.
+//! 2. β and ρ minimise Σ w·softplus(−(ρ·Δr + Δβ)) + λ_β·Σβ² + λ_ρ·(ρ − 1)² over the pairs
+//!    (Δr = difference of the first-stage scores qᵀk0; ρ < 0 is refitted with ρ = 0).
+//! 3. Δk minimises Σ w·softplus(−(ρ·Δr + Δβ + (q − μ)ᵀ(Δk_a − Δk_b))) + λ_k·Σ‖Δk‖² plus
+//!    γ·Σ_tied ((q − μ)ᵀΔk_s)²: the keep penalty holds the term near 0 on the tasks of tied
+//!    groups, where the outcome expressed no preference. β and ρ are then refitted once with the
+//!    Δk term as an offset (readings with Δk use these; readings without keep step 2's).
+//! 4. c, α, κ and whether to use Δk at all are chosen by K-fold cross-validation with folds
+//!    grouped by source question: every setting of the grid is scored by the weighted share of
+//!    held-out discordant pairs it orders correctly (per group, then averaged). The best setting
+//!    wins; ties (within `tie_tolerance`) go to the weaker correction ([`Settings::strength_order`]).
+//!    The first-stage score alone is the weakest setting of all: when no setting beats it, the
+//!    round is neutral (every correction 0), as with no pairs.
+//! 5. The chosen setting is refitted on all groups.
+//!
+//! No discordant pair anywhere ⇒ β = 0, Δk = 0, α = 0, ρ = 1: exactly the first-stage ranking.
+//! Both optimisations are convex and run L-BFGS ([`crate::keyopt::lbfgs`]); the gradients are summed in a
+//! fixed order, so a fit is deterministic whatever the number of threads.
+
+use super::{memory, Arm, Settings};
+
+mod cv;
+mod objective;
+mod pairs;
+
+use cv::cross_validate;
+use objective::fit_model;
+use pairs::{build_groups, Group};
+
+/// One recorded run used for fitting.
+#[derive(Clone, Debug)]
+pub struct SupportEvent {
+    /// The task's query key (unit length).
+    pub key: Vec<f32>,
+    /// Runs with the same pairing key (task, executor, budget) are compared with each other.
+    pub pairing: u64,
+    /// The source question: cross-validation never splits one across folds.
+    pub group: u64,
+    /// `Arm::skill` indexes the skill keys passed to [`fit`].
+    pub arms: Vec<Arm>,
+    /// The base relevance r(task, skill) of each arm when it is not the key inner product qᵀk0
+    /// (a cross-encoder's score); None: qᵀk0. The reading must use the same r.
+    pub relevance: Option<Vec<f32>>,
+}
+
+/// The settings cross-validation chooses from.
+#[derive(Clone, Debug)]
+pub struct Grid {
+    pub clips: Vec<f32>,
+    pub alphas: Vec<f32>,
+    pub kappas: Vec<f32>,
+}
+
+impl Default for Grid {
+    fn default() -> Grid {
+        Grid {
+            clips: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
+            alphas: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
+            kappas: vec![2.5, 5.0, 10.0, 20.0],
+        }
+    }
+}
+
+impl Grid {
+    /// Every setting, weakest first: Δk off or on with each clip, times α = 0 or each α with
+    /// each κ.
+    pub fn settings(&self) -> Vec<Settings> {
+        let mut dk: Vec<(bool, f32)> = vec![(false, 0.0)];
+        dk.extend(self.clips.iter().map(|&c| (true, c)));
+        let mut events: Vec<(f32, f32)> = vec![(0.0, 0.0)];
+        for &a in &self.alphas {
+            events.extend(self.kappas.iter().map(|&k| (a, k)));
+        }
+        let mut out: Vec<Settings> = dk
+            .iter()
+            .flat_map(|&(use_dk, clip)| {
+                events.iter().map(move |&(alpha, kappa)| Settings {
+                    use_dk,
+                    clip,
+                    alpha,
+                    kappa,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.strength_order(b));
+        out
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FitOptions {
+    pub lambda_beta: f64,
+    pub lambda_rho: f64,
+    pub lambda_dk: f64,
+    /// γ, the keep penalty's weight per tied (task, skill).
+    pub keep_weight: f64,
+    pub folds: usize,
+    pub grid: Grid,
+    /// Past events read per held-out task for the event term.
+    pub neighbours: usize,
+    pub max_iterations: usize,
+    /// Settings whose cross-validated accuracy is within this of the best count as tied.
+    pub tie_tolerance: f64,
+    /// Seeds the assignment of source questions to folds.
+    pub seed: u64,
+    /// Held-out discordant tasks scored per fold at most (an even subsample beyond): bounds the
+    /// cost of reading the event memory during cross-validation on large histories.
+    pub cv_max_held_out: usize,
+}
+
+impl Default for FitOptions {
+    fn default() -> FitOptions {
+        FitOptions {
+            lambda_beta: 1.0,
+            lambda_rho: 1.0,
+            lambda_dk: 1.0,
+            keep_weight: 1.0,
+            folds: 5,
+            grid: Grid::default(),
+            neighbours: memory::NEIGHBOURS,
+            max_iterations: 200,
+            tie_tolerance: 1e-9,
+            seed: 0x6b65_796f_7074,
+            cv_max_held_out: 2000,
+        }
+    }
+}
+
+/// Cross-validated accuracy of one setting.
+#[derive(Clone, Copy, Debug)]
+pub struct CvResult {
+    pub settings: Settings,
+    pub accuracy: f64,
+}
+
+/// What a fit saw and chose.
+#[derive(Clone, Debug, Default)]
+pub struct FitReport {
+    pub events: usize,
+    pub arms: usize,
+    pub pairing_groups: usize,
+    pub discordant_groups: usize,
+    pub tied_groups: usize,
+    /// Weighted number of discordant pairs.
+    pub pairs: f64,
+    pub held_out_groups: usize,
+    /// Cross-validated accuracy of the first-stage score alone.
+    pub relevance_only_accuracy: f64,
+    pub cv: Vec<CvResult>,
+    pub chosen: Option<Settings>,
+    /// False when cross-validation kept the first-stage ranking (no correction beat it).
+    pub corrections: bool,
+    pub rho: f32,
+    pub beta_iterations: usize,
+    pub dk_iterations: usize,
+}
+
+impl FitReport {
+    pub fn to_json(&self) -> serde_json::Value {
+        let best = self
+            .cv
+            .iter()
+            .map(|c| c.accuracy)
+            .fold(f64::NEG_INFINITY, f64::max);
+        serde_json::json!({
+            "events": self.events,
+            "arms": self.arms,
+            "pairing_groups": self.pairing_groups,
+            "discordant_groups": self.discordant_groups,
+            "tied_groups": self.tied_groups,
+            "pairs": self.pairs,
+            "held_out_groups": self.held_out_groups,
+            "relevance_only_accuracy": self.relevance_only_accuracy,
+            "best_accuracy": if best.is_finite() { Some(best) } else { None },
+            "chosen": self.chosen.map(|s| s.to_json()),
+            "corrections": self.corrections,
+            "rho": self.rho,
+            "beta_iterations": self.beta_iterations,
+            "dk_iterations": self.dk_iterations,
+            "settings_tried": self.cv.len(),
+        })
+    }
+}
+
+/// A fitted round before packing: per skill (index order) β and Δk.
+#[derive(Clone, Debug)]
+pub struct Fitted {
+    pub rho: f32,
+    pub mu: Vec<f32>,
+    pub beta: Vec<f32>,
+    pub dk: Vec<Vec<f32>>,
+    pub settings: Settings,
+    pub report: FitReport,
+}
+
+impl Fitted {
+    /// True when every correction is exactly zero (the round ranks by r alone).
+    pub fn is_neutral(&self) -> bool {
+        self.beta.iter().all(|&b| b == 0.0)
+            && self.dk.iter().flatten().all(|&v| v == 0.0)
+            && self.settings.alpha == 0.0
+    }
+}
+
+/// Fits a round. `skill_keys[i]` is skill i's k0; every arm's `skill` indexes it.
+pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOptions) -> Fitted {
+    let dim = skill_keys
+        .first()
+        .map(Vec::len)
+        .or_else(|| events.first().map(|e| e.key.len()))
+        .unwrap_or(crate::vector::KEY_DIM);
+    let n = skill_keys.len();
+    let mut mu = vec![0.0f32; dim];
+    for e in events {
+        for (m, v) in mu.iter_mut().zip(&e.key) {
+            *m += v;
+        }
+    }
+    if !events.is_empty() {
+        mu.iter_mut().for_each(|m| *m /= events.len() as f32);
+    }
+    let groups = build_groups(skill_keys, events, &mu);
+    let mut report = FitReport {
+        events: events.len(),
+        arms: events.iter().map(|e| e.arms.len()).sum(),
+        pairing_groups: groups.len(),
+        discordant_groups: groups.iter().filter(|g| !g.pairs.is_empty()).count(),
+        tied_groups: groups.iter().filter(|g| g.pairs.is_empty()).count(),
+        pairs: groups
+            .iter()
+            .flat_map(|g| &g.pairs)
+            .map(|p| p.2 as f64)
+            .sum(),
+        rho: 1.0,
+        ..FitReport::default()
+    };
+    let neutral = |mu: Vec<f32>, report: FitReport| Fitted {
+        rho: 1.0,
+        mu,
+        beta: vec![0.0; n],
+        dk: vec![vec![0.0; dim]; n],
+        settings: Settings::NONE,
+        report,
+    };
+    if report.discordant_groups == 0 {
+        report.chosen = Some(Settings::NONE);
+        return neutral(mu, report);
+    }
+
+    // Cross-validation over folds of source questions.
+    let (cv, held_out, relevance_only) = cross_validate(&groups, events, n, dim, options);
+    report.held_out_groups = held_out;
+    report.relevance_only_accuracy = relevance_only;
+    report.cv = cv;
+    let best = report
+        .cv
+        .iter()
+        .map(|c| c.accuracy)
+        .fold(f64::NEG_INFINITY, f64::max);
+    // No correction at all is the weakest setting: when no setting beats the first-stage score
+    // on held-out tasks, the round stays neutral.
+    if best <= report.relevance_only_accuracy + options.tie_tolerance {
+        report.chosen = Some(Settings::NONE);
+        report.corrections = false;
+        return neutral(mu, report);
+    }
+    // The grid is weakest first: the first setting that reaches the best wins the tie.
+    let chosen = report
+        .cv
+        .iter()
+        .find(|c| c.accuracy >= best - options.tie_tolerance)
+        .map(|c| c.settings)
+        .unwrap_or(Settings::NONE);
+    report.chosen = Some(chosen);
+    report.corrections = true;
+
+    let all: Vec<&Group> = groups.iter().collect();
+    let model = fit_model(&all, n, dim, options, chosen.use_dk);
+    let (rho, beta) = model.scale_and_beta(chosen.use_dk);
+    report.rho = rho as f32;
+    report.beta_iterations = model.beta_iterations;
+    report.dk_iterations = model.dk_iterations;
+    let dk = (0..n)
+        .map(|s| {
+            model
+                .dk_row(s, dim)
+                .map_or_else(|| vec![0.0; dim], <[f32]>::to_vec)
+        })
+        .collect();
+    Fitted {
+        rho: rho as f32,
+        mu,
+        beta: beta.iter().map(|&b| b as f32).collect(),
+        dk,
+        settings: chosen,
+        report,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    fn arm(skill: i64, passed: bool) -> Arm {
+        Arm { skill, passed }
+    }
+
+    fn unit(rng: &mut SplitMix64, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim).map(|_| rng.unit() as f32 - 0.5).collect();
+        crate::encoder::normalize(&mut v);
+        v
+    }
+
+    #[test]
+    fn groups_pair_passes_with_failures_of_other_skills() {
+        let keys = vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]];
+        let event = |pairing, arms| SupportEvent {
+            key: vec![1.0, 0.0],
+            pairing,
+            group: pairing,
+            arms,
+            relevance: None,
+        };
+        let events = vec![
+            // two runs of one task: skill 0 passes twice, skill 1 fails twice, skill 2 both
+            event(1, vec![arm(0, true), arm(1, false), arm(2, true)]),
+            event(1, vec![arm(0, true), arm(1, false), arm(2, false)]),
+            // a tied task
+            event(2, vec![arm(0, false), arm(1, false)]),
+        ];
+        let groups = build_groups(&keys, &events, &[0.0, 0.0]);
+        assert_eq!(groups.len(), 2);
+        let mut pairs = groups[0].pairs.clone();
+        pairs.sort_by_key(|p| (p.0, p.1));
+        // 0 beats 1 (2·2), 0 beats 2 (2·1), 2 beats 1 (1·2); never a skill against itself.
+        assert_eq!(pairs, vec![(0, 1, 4.0), (0, 2, 2.0), (2, 1, 2.0)]);
+        assert!(groups[1].pairs.is_empty());
+        assert!((groups[0].relevance[2] - 0.6).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_given_relevance_replaces_the_key_inner_product() {
+        let keys = vec![vec![1.0, 0.0], vec![0.0, 1.0]];
+        let events = vec![SupportEvent {
+            key: vec![1.0, 0.0],
+            pairing: 1,
+            group: 1,
+            arms: vec![arm(0, false), arm(1, true)],
+            relevance: Some(vec![0.25, 0.75]),
+        }];
+        let groups = build_groups(&keys, &events, &[0.0, 0.0]);
+        assert_eq!(groups[0].relevance, vec![0.25, 0.75]);
+        // ρ is fitted against that r: skill 1 wins and has the higher r, so ρ > 0 explains it.
+        let without = build_groups(
+            &keys,
+            &[SupportEvent {
+                relevance: None,
+                ..events[0].clone()
+            }],
+            &[0.0, 0.0],
+        );
+        assert_eq!(without[0].relevance, vec![1.0, 0.0]);
+    }
+
+    #[test]
+    fn no_discordant_pair_means_every_correction_is_exactly_zero() {
+        let mut rng = SplitMix64(3);
+        let keys: Vec<Vec<f32>> = (0..20).map(|_| unit(&mut rng, 16)).collect();
+        let events: Vec<SupportEvent> = (0..200)
+            .map(|t| SupportEvent {
+                key: unit(&mut rng, 16),
+                pairing: t,
+                group: t / 4,
+                // every task all-pass or all-fail
+                arms: (0..5)
+                    .map(|j| arm(((t * 7 + j * 3) % 20) as i64, t % 3 == 0))
+                    .collect(),
+                relevance: None,
+            })
+            .collect();
+        let fitted = fit(&keys, &events, &FitOptions::default());
+        assert!(fitted.is_neutral(), "{:?}", fitted.report);
+        assert_eq!(fitted.rho, 1.0);
+        assert_eq!(fitted.settings, Settings::NONE);
+        assert_eq!(fitted.report.discordant_groups, 0);
+        assert_eq!(fitted.report.tied_groups, 200);
+    }
+
+    #[test]
+    fn beta_orders_skills_by_how_often_they_win() {
+        // Skill 0 beats 1, 1 beats 2, on different tasks, regardless of the key.
+        let mut rng = SplitMix64(11);
+        let keys: Vec<Vec<f32>> = (0..3).map(|_| unit(&mut rng, 8)).collect();
+        let mut events = Vec::new();
+        for t in 0..60u64 {
+            let (w, l) = if t % 2 == 0 { (0, 1) } else { (1, 2) };
+            events.push(SupportEvent {
+                key: unit(&mut rng, 8),
+                pairing: t,
+                group: t,
+                arms: vec![arm(w, true), arm(l, false)],
+                relevance: None,
+            });
+        }
+        let fitted = fit(&keys, &events, &FitOptions::default());
+        assert!(
+            fitted.beta[0] > fitted.beta[1] && fitted.beta[1] > fitted.beta[2],
+            "{:?}",
+            fitted.beta
+        );
+        assert!(fitted.report.cv.len() == FitOptions::default().grid.settings().len());
+    }
+
+    #[test]
+    fn a_fit_is_deterministic() {
+        let mut rng = SplitMix64(5);
+        let keys: Vec<Vec<f32>> = (0..12).map(|_| unit(&mut rng, 16)).collect();
+        let events: Vec<SupportEvent> = (0..150u64)
+            .map(|t| {
+                let key = unit(&mut rng, 16);
+                let good = if key[0] > 0.0 { 3 } else { 7 };
+                SupportEvent {
+                    key,
+                    pairing: t,
+                    group: t / 3,
+                    arms: vec![arm(good, true), arm((t % 12) as i64, t % 12 == good as u64)],
+                    relevance: None,
+                }
+            })
+            .collect();
+        let a = fit(&keys, &events, &FitOptions::default());
+        let b = fit(&keys, &events, &FitOptions::default());
+        assert_eq!(a.beta, b.beta);
+        assert_eq!(a.dk, b.dk);
+        assert_eq!(a.settings, b.settings);
+    }
+}
