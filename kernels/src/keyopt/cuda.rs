@@ -70,7 +70,7 @@ extern "C" __global__ void keyopt_keys(
 #pragma unroll
     for (int j = 0; j < PER_LANE; j++) {
         kv[j] = h2f(kr[lane + 32 * j]);
-        dv[j] = use_dk ? dr[lane + 32 * j] : 0.0f;
+        dv[j] = (use_dk && order_keyopt) ? dr[lane + 32 * j] : 0.0f;
     }
     unsigned int bit = 1u << category[record];
     float b = beta[record];
@@ -82,7 +82,13 @@ extern "C" __global__ void keyopt_keys(
 #pragma unroll
         for (int j = 0; j < PER_LANE; j++) {
             r += h2f(q[lane + 32 * j]) * kv[j];
-            u += c[lane + 32 * j] * dv[j];
+        }
+        // The Δk term only where it counts (uniform across the grid: no divergence).
+        if (use_dk && order_keyopt) {
+#pragma unroll
+            for (int j = 0; j < PER_LANE; j++) {
+                u += c[lane + 32 * j] * dv[j];
+            }
         }
 #pragma unroll
         for (int offset = 16; offset > 0; offset >>= 1) {
