@@ -1,5 +1,6 @@
 -- The demo's tour of pg_skills, run by `./x demo` after it loaded corpus/demo into a fresh
--- database (psql -f examples/demo.sql). Each step prints what it shows.
+-- database (psql -f examples/demo.sql). Each step prints what it shows; \echo lines have no
+-- apostrophes (psql would read one as the start of a quoted argument).
 \set ON_ERROR_STOP on
 \pset footer off
 
@@ -8,7 +9,7 @@
 SELECT category, count(*) AS skills, sum(token_count) AS tokens FROM skills.skill GROUP BY 1 ORDER BY 1;
 
 \echo
-\echo == the extension's bm25 index (skills.skill_bm25) serves the searches; VACUUM merges new rows into a segment
+\echo == the bm25 index of the extension (skills.skill_bm25) serves the searches; VACUUM merges new rows into a segment
 VACUUM ANALYZE skills.skill;
 SELECT * FROM skills.bm25_index_stats('skills.skill_bm25'::regclass);
 EXPLAIN (COSTS OFF) SELECT id, name FROM skills.skill
@@ -35,7 +36,7 @@ ORDER BY k0 OPERATOR(skills.<#>) skills.query_key('find why my rust program pani
 RESET enable_seqscan;
 
 \echo
-\echo == the skill graph: edges from key similarity and from the documents' Prerequisites / Next steps / Related sections
+\echo == the skill graph: edges from key similarity and from the Prerequisites / Next steps / Related sections of the documents
 -- The 42 demo skills are deliberately distinct (nearest keys 0.36-0.69): a lower semantic
 -- threshold than the default 0.7 links the closest of them.
 SELECT * FROM skills.build_graph(semantic_threshold => 0.55);
@@ -78,7 +79,7 @@ FROM skills.search('set up continuous integration for a python project', k => 5,
 SELECT left(skills.render_context('find where my rust program panicked', k => 1, token_budget => 2000), 400);
 
 \echo
-\echo == KeyOpt: agents report 8 runs where git-bisect-regression solved 'which change broke the build' tasks and the other served skills did not; a fit learns it
+\echo == KeyOpt: agents report 8 runs where git-bisect-regression solved "which change broke the build" tasks and the other served skills did not; a fit learns it
 \set ask 'SELECT name, round(score::numeric, 3) AS score, round(semantic::numeric, 3) AS r, round(beta::numeric, 3) AS beta, round(dk_term::numeric, 3) AS dk_term, round(event_term::numeric, 3) AS event_term FROM skills.search(''our nightly build started failing and nobody knows which commit caused it'', k => 3)'
 :ask;
 DO $$
