@@ -2,7 +2,7 @@
 //! call, for data teams and evaluations.
 //!
 //! Each query's rows are the ranking `skills.search(query, k => k, categories => categories,
-//! method => 'keyopt')` serves: the same code reads each query ([`super::rank::ranked_from`]),
+//! method => 'keyopt')` serves: the same code reads each query ([`super::rank::ranked`]),
 //! and each query key is computed as a search computes it (one text at a time, through the
 //! backend's query-key cache), so the CPU path's rankings are identical to the searches'.
 //!
@@ -18,7 +18,7 @@
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use super::rank::{first_stage_depth, ranked_from};
+use super::rank::{first_stage_depth, ranked};
 use crate::embedding::query_key_values;
 use crate::errors::raise;
 use crate::guc::{Device, DEVICE};
@@ -109,7 +109,7 @@ fn keyopt_rank_batch(
         let computed = first_stage
             .as_mut()
             .map(|lists| lists.next().expect("one list per query"));
-        let ranking = ranked_from(
+        let ranking = ranked(
             query,
             key,
             categories.clone(),
@@ -187,9 +187,7 @@ mod gpu {
     }
 
     fn upload(version: String) -> Result<Uploaded, String> {
-        let categories: Vec<String> =
-            crate::spi::select_one("SELECT enum_range(NULL::skills.category)::text[]", &[])
-                .unwrap_or_default();
+        let categories = crate::search::request::category_names();
         let mut records = Records::new(KEY_DIM);
         let mut ids = Vec::new();
         let mut hashes = Vec::new();

@@ -176,7 +176,7 @@ fn keyopt_rank(
     ),
 > {
     let k = k.map(|k| k.max(0) as usize);
-    let rows = ranked(query, query_key_values(query), categories, k, k, only);
+    let rows = ranked(query, query_key_values(query), categories, k, k, only, None);
     TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
         (
             id,
@@ -190,29 +190,18 @@ fn keyopt_rank(
     }))
 }
 
-/// The KeyOpt ranking for query key `key` (see [`keyopt_rank`]): (skill, parts, recalled).
-/// `k` is the number of results asked for, which sizes the pool; `depth` how many rows to
-/// return (None: every keyed skill), the pool first.
-pub fn ranked(
-    query: &str,
-    key: Vec<f32>,
-    categories: Option<Vec<String>>,
-    k: Option<usize>,
-    depth: Option<usize>,
-    only: Option<Vec<i64>>,
-) -> Vec<(i64, Parts, bool)> {
-    ranked_from(query, key, categories, k, depth, only, None)
-}
-
 /// How many first-stage candidates [`ranked`] reads for `k` results and `depth` rows.
 pub fn first_stage_depth(k: Option<usize>, depth: Option<usize>) -> Option<usize> {
     depth.map(|d| d.max(k.unwrap_or(0).max(10)))
 }
 
-/// [`ranked`], with the first stage (the semantic candidates: skill id, current content hash, r,
-/// best first, as many as [`first_stage_depth`] says) computed already when `first_stage` is
-/// given (`skills.keyopt_rank_batch` computes it for many queries at once).
-pub fn ranked_from(
+/// The KeyOpt ranking for query key `key` (see [`keyopt_rank`]): (skill, parts, recalled).
+/// `k` is the number of results asked for, which sizes the pool; `depth` how many rows to
+/// return (None: every keyed skill), the pool first. `first_stage` is the semantic candidates
+/// (skill id, current content hash, r; best first, as many as [`first_stage_depth`] says) when
+/// the caller computed them already (`skills.keyopt_rank_batch`, for many queries at once);
+/// None reads them here.
+pub fn ranked(
     query: &str,
     key: Vec<f32>,
     categories: Option<Vec<String>>,

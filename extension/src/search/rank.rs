@@ -233,6 +233,7 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
                 req.results_wanted,
                 depth,
                 None,
+                None,
             )
             .into_iter()
             .map(|(id, p, _)| Ranked {

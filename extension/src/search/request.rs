@@ -92,10 +92,14 @@ impl Request {
     }
 }
 
+/// The pools (`skills.category`'s labels), in the enum's order.
+pub(crate) fn category_names() -> Vec<String> {
+    select_one::<Vec<String>>("SELECT enum_range(NULL::skills.category)::text[]", &[])
+        .unwrap_or_default()
+}
+
 pub(crate) fn validate_categories(categories: Vec<Option<String>>) -> Vec<String> {
-    let valid: Vec<String> =
-        select_one::<Vec<String>>("SELECT enum_range(NULL::skills.category)::text[]", &[])
-            .unwrap_or_default();
+    let valid = category_names();
     categories
         .into_iter()
         .map(|c| match c {
