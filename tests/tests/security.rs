@@ -414,6 +414,22 @@ fn shadowed_functions_and_operators_never_run() {
             ));
         }
         who.exec("SELECT * FROM skills.bm25_index_stats('skills.skill_bm25'::regclass)");
+        who.exec("SELECT skills.search_methods()");
+        if model_dir().is_some() {
+            who.exec(
+                "SELECT * FROM skills.keyopt_rank_batch(ARRAY['which commit broke the build', \
+                 'share pytest setup'], 3, '{debugging,testing}')",
+            );
+        }
+    }
+    // Batch scoring asked to use a GPU (none here: the device check, a NOTICE, the CPU),
+    // under the same path; only a superuser may choose the device.
+    if model_dir().is_some() {
+        root.exec(
+            "SET pg_skills.device = 'cuda'; \
+             SELECT * FROM skills.keyopt_rank_batch(ARRAY['which commit broke the build'], 3); \
+             RESET pg_skills.device",
+        );
     }
 
     // Reports, as the reporter (needs the encoder for the task key). The attacked roles' own
