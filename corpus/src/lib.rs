@@ -9,6 +9,7 @@ pub mod drop_reason;
 pub mod filter;
 pub mod normalize;
 pub mod readers;
+pub mod risk;
 pub mod skill;
 pub mod source;
 

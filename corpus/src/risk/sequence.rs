@@ -1,0 +1,166 @@
+//! Rules that read neighbouring lines: a download followed by running the file, and a dropped
+//! database judged by its name and by a confirmation nearby.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use super::context::{self, Line};
+use super::{Field, Finding, Level, Mitigation};
+
+/// How many logical lines after a download its execution still counts as the same step.
+const WINDOW: usize = 6;
+
+struct Patterns {
+    download: Regex,
+    url_file: Regex,
+    verify: Regex,
+    drop: Regex,
+    disposable: Regex,
+    confirm: Regex,
+}
+
+fn patterns() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    P.get_or_init(|| Patterns {
+        // curl -o FILE / --output FILE, wget -O FILE / plain wget URL, PowerShell -OutFile or
+        // DownloadFile(url, FILE), Python urlretrieve(url, FILE).
+        download: Regex::new(
+            r#"(?i)(?:\bcurl\b[^\n]*?(?:\s-[a-zA-Z]*o\s*|--output[=\s]+)["']?(?P<c>[^\s"';|&]+)|\bwget\b[^\n]*?(?:\s-O\s*|--output-document[=\s]+)["']?(?P<w>[^\s"';|&]+)|\b(?:invoke-webrequest|iwr)\b[^\n]*?-outfile\s+["']?(?P<p>[^\s"';|&]+)|downloadfile\(\s*["'][^"']+["']\s*,\s*["'](?P<d>[^"']+)["']|urlretrieve\(\s*["'][^"']+["']\s*,\s*["'](?P<u>[^"']+)["'])"#,
+        )
+        .expect("valid download pattern"),
+        url_file: Regex::new(r#"(?i)\bwget\s+(?:-[\w-]+\s+)*["']?https?://[^\s"']*/(?P<f>[^/\s"'?#]+)"#)
+            .expect("valid wget pattern"),
+        verify: Regex::new(
+            r"(?i)\b(?:sha(?:1|256|512)sum\s+(?:-c|--check)|shasum\s+(?:-a\s+\d+\s+)?(?:-c|--check)|gpg\s+--verify|cosign\s+verify|minisign\s+-V|get-filehash|gh\s+attestation\s+verify|slsa-verifier)",
+        )
+        .expect("valid verify pattern"),
+        drop: Regex::new(
+            r#"(?i)\bdrop\s+(?:database|schema)\s+(?:if\s+exists\s+)?(?P<n>["`\w.$-]+)|\bdropdb\b(?:\s+-[\w-]+(?:\s+\S+)?)*\s+(?P<d>[\w.$-]+)|\bdb\.dropDatabase\(\)|\b(?:redis-cli\s+)?flushall\b"#,
+        )
+        .expect("valid drop pattern"),
+        disposable: Regex::new(r"(?i)(?:test|tmp|temp|scratch|throwaway|sandbox|example|demo|fixture|ci_|_ci\b|dev_|_dev\b)")
+            .expect("valid name pattern"),
+        confirm: Regex::new(
+            r"(?i)\b(?:confirm(?:ation|ed)?|are\s+you\s+sure|ask\s+(?:the\s+user|for\s+(?:approval|permission))|read\s+-p|--interactive|backup|back\s+up|pg_dump)\b",
+        )
+        .expect("valid confirm pattern"),
+    })
+}
+
+fn basename(path: &str) -> &str {
+    path.trim_end_matches(['/', '\\'])
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(path)
+}
+
+/// True when `line` runs or makes executable the file `name`.
+fn runs(line: &str, name: &str) -> bool {
+    let escaped = regex::escape(name);
+    // chmod +x; a path-qualified call at a command's start (./x, /tmp/x, $DIR/x); an interpreter,
+    // installer or PowerShell's call operator given the file; source.
+    let run = format!(
+        r#"(?i)(?:\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rw]*x|[0-7]*[1357][0-7]{{0,2}})\s+["']?[^\s"']*{escaped}\b|(?:^|[;&|(`]|\$\s)\s*(?:sudo\s+)?(?:\./|\.\\|/[\w./-]*/|~/[\w./-]*|\$\{{?\w+\}}?[/\\][\w./\\-]*){escaped}(?:\s|$|[;&|)`])|\b(?:sudo\s+)?(?:ba|z|k|da)?sh\s+(?:-\S+\s+)*[^\s]*{escaped}\b|\b(?:python[0-9.]*|perl|ruby|node|powershell|pwsh)\s+(?:-\S+\s+)*[^\s]*{escaped}\b|\bstart-process\b[^\n]*{escaped}|&\s*["']?[^\s"']*{escaped}|\b(?:msiexec|dpkg\s+-i|rpm\s+-i\w*|installer\s+-pkg)\b[^\n]*{escaped}|(?:\bsource|^\s*\.)\s+[^\s]*{escaped}\b)"#
+    );
+    // A line that only downloads, lists, reads or hashes the file does not run it.
+    let inspects = Regex::new(&format!(
+        r"(?i)^\s*(?:\$\s*)?(?:curl|wget|invoke-webrequest|iwr|cat|less|more|head|tail|ls|file|sha\d+sum|shasum|gpg|cosign|get-filehash|diff|vim|nano|code|mv|cp|rm|tar\s+-t\w*)\b[^\n]*{escaped}"
+    ))
+    .expect("valid inspect pattern");
+    Regex::new(&run).expect("valid run pattern").is_match(line) && !inspects.is_match(line)
+}
+
+pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
+    downloads_run(field, lines, paragraphs, findings);
+    databases_dropped(field, lines, paragraphs, findings);
+}
+
+fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
+    let p = patterns();
+    for (i, line) in lines.iter().enumerate() {
+        let downloaded = p
+            .download
+            .captures(&line.text)
+            .and_then(|c| ["c", "w", "p", "d", "u"].iter().find_map(|n| c.name(n)))
+            .map(|m| (m.start(), basename(m.as_str()).to_string()))
+            .or_else(|| {
+                p.url_file
+                    .captures(&line.text)
+                    .and_then(|c| c.name("f"))
+                    .map(|m| (m.start(), m.as_str().to_string()))
+            });
+        let Some((start, name)) = downloaded else {
+            continue;
+        };
+        if name.len() < 2 || name == "-" || name.starts_with('$') && name.len() < 3 {
+            continue; // standard output or an unresolvable name
+        }
+        // The same line (after the download) or one of the next lines runs the file.
+        let rest_of_line = line.text[start..].split_once(['&', ';', '|']).map(|x| x.1);
+        let ran_at = rest_of_line
+            .filter(|rest| runs(rest, &name))
+            .map(|_| i)
+            .or_else(|| {
+                (i + 1..lines.len().min(i + 1 + WINDOW)).find(|&j| runs(&lines[j].text, &name))
+            });
+        let Some(j) = ran_at else { continue };
+        let verified = lines[i..=j].iter().any(|l| p.verify.is_match(&l.text));
+        let warned = context::is_warned_at(lines, paragraphs, i, start, start);
+        let mitigation = if warned {
+            Some(Mitigation::Warning)
+        } else if verified {
+            Some(Mitigation::Verified)
+        } else {
+            None
+        };
+        findings.push(Finding {
+            rule: "download-exec",
+            severity: match mitigation {
+                Some(_) => Level::Low,
+                None => super::rules::source_severity(&line.text),
+            },
+            field,
+            lines: (line.span(start, start).0, lines[j].last),
+            excerpt: if i == j {
+                context::excerpt(&line.text, start, start)
+            } else {
+                format!(
+                    "{} … {}",
+                    context::excerpt(&line.text, start, start),
+                    context::excerpt(&lines[j].text, 0, 0)
+                )
+            },
+            mitigation,
+        });
+    }
+}
+
+fn databases_dropped(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
+    let p = patterns();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(c) = p.drop.captures(&line.text) else {
+            continue;
+        };
+        let m = c.get(0).expect("whole match");
+        let name = c.name("n").or_else(|| c.name("d")).map_or("", |n| n.as_str());
+        let disposable = !name.is_empty() && p.disposable.is_match(name);
+        let nearby = &lines[i.saturating_sub(3)..(i + 2).min(lines.len())];
+        let confirmed = nearby.iter().any(|l| p.confirm.is_match(&l.text));
+        let mitigation = if context::is_warned_at(lines, paragraphs, i, m.start(), m.end()) {
+            Some(Mitigation::Warning)
+        } else if disposable || confirmed {
+            Some(Mitigation::Scoped)
+        } else {
+            None
+        };
+        findings.push(Finding {
+            rule: "drop-database",
+            severity: if mitigation.is_some() { Level::Low } else { Level::Medium },
+            field,
+            lines: line.span(m.start(), m.end()),
+            excerpt: context::excerpt(&line.text, m.start(), m.end()),
+            mitigation,
+        });
+    }
+}
