@@ -19,6 +19,7 @@ DECLARE
     limit_bytes bigint;
     doc_bytes   bigint;
     new_hash    text;
+    scan        jsonb;
 BEGIN
     IF NEW.name IS NULL OR btrim(NEW.name) = '' THEN
         RAISE EXCEPTION 'a skill needs a non-empty name'
@@ -36,8 +37,23 @@ BEGIN
         NEW.version := OLD.version;
         NEW.created_at := OLD.created_at;
         NEW.category := coalesce(NEW.category, OLD.category);
-        IF (NEW.name, NEW.description, NEW.instructions, NEW.category, NEW.provenance)
-           IS DISTINCT FROM (OLD.name, OLD.description, OLD.instructions, OLD.category, OLD.provenance) THEN
+        -- A category changed by hand is an override that later versions keep.
+        IF NEW.category IS DISTINCT FROM OLD.category AND NEW.category_locked IS NOT DISTINCT FROM OLD.category_locked THEN
+            NEW.category_locked := true;
+        END IF;
+        NEW.category_locked := coalesce(NEW.category_locked, OLD.category_locked);
+        -- Findings are derived: kept while the rules are the same, computed again otherwise.
+        IF OLD.risk_rules_version = skills.risk_rules_version() AND NEW.risk_rules_version = OLD.risk_rules_version THEN
+            NEW.risk := OLD.risk;
+            NEW.risk_findings := OLD.risk_findings;
+        ELSE
+            scan := skills.risk_scan(NEW.name, NEW.description, NEW.instructions);
+            NEW.risk := (scan ->> 'level')::skills.risk_level;
+            NEW.risk_findings := scan -> 'findings';
+            NEW.risk_rules_version := (scan ->> 'rules_version')::integer;
+        END IF;
+        IF (NEW.name, NEW.description, NEW.instructions, NEW.category, NEW.provenance, NEW.risk, NEW.category_locked, NEW.retired_at)
+           IS DISTINCT FROM (OLD.name, OLD.description, OLD.instructions, OLD.category, OLD.provenance, OLD.risk, OLD.category_locked, OLD.retired_at) THEN
             NEW.updated_at := now();
         ELSE
             NEW.updated_at := OLD.updated_at;
@@ -56,6 +72,15 @@ BEGIN
 
     NEW.content_hash := new_hash;
     NEW.token_count := skills.token_count(NEW.name, NEW.description, NEW.instructions);
+    scan := skills.risk_scan(NEW.name, NEW.description, NEW.instructions);
+    NEW.risk := (scan ->> 'level')::skills.risk_level;
+    NEW.risk_findings := scan -> 'findings';
+    NEW.risk_rules_version := (scan ->> 'rules_version')::integer;
+    NEW.category_locked := coalesce(NEW.category_locked, false);
+    IF TG_OP = 'UPDATE' AND OLD.category_locked AND NEW.category_locked THEN
+        -- A hand-set category survives new versions (skills.set_category(id, NULL) releases it).
+        NEW.category := OLD.category;
+    END IF;
     IF NEW.category IS NULL THEN
         NEW.category := skills.classify(NEW.name, NEW.description, NEW.instructions);
     END IF;
@@ -222,16 +247,152 @@ CREATE FUNCTION skills.search(
 RETURNS TABLE (id bigint, name text, category skills.category, score double precision,
                tokens integer, bm25 double precision, semantic double precision,
                graph double precision, beta double precision, dk_term double precision,
-               event_term double precision)
+               event_term double precision, risk skills.risk_level, risk_rules text[])
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
-           r.dk_term, r.event_term
+           r.dk_term, r.event_term, s.risk,
+           ARRAY(SELECT DISTINCT f ->> 'rule' FROM jsonb_array_elements(s.risk_findings) AS f
+                 WHERE (f ->> 'severity')::skills.risk_level > 'low' ORDER BY 1)
     FROM skills.search_ranked(query, categories, k, token_budget, min_score, method,
                               bm25_weight, semantic_weight) WITH ORDINALITY AS r
     JOIN skills.skill AS s ON s.id = r.id
     ORDER BY r.ordinality
 $$;
 COMMENT ON FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) IS
-    'Ranked skills for a task, best first (ties by id). NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from.';
+    'Ranked skills for a task, best first (ties by id); skills above pg_skills.max_risk, retired, or outside pg_skills.allowed_licenses are withheld (a NOTICE counts them). risk_rules: the rules found at medium or above. NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Trust and lifecycle: findings brought up to date, hand-set categories, sources kept in sync.
+-- ---------------------------------------------------------------------------------------------
+CREATE FUNCTION skills.rescan_risk()
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    -- The trigger computes the findings again for a row whose rules version is not current.
+    UPDATE skills.skill SET risk_rules_version = 0
+    WHERE risk_rules_version <> skills.risk_rules_version();
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION skills.rescan_risk() IS
+    'Computes risk findings again for skills scanned by other rules than this build''s (skills.risk_rules_version()); returns how many.';
+
+CREATE FUNCTION skills.set_category(skill_id bigint, category skills.category)
+RETURNS skills.category
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    result skills.category;
+BEGIN
+    -- NULL releases the override: the classifier decides again.
+    UPDATE skills.skill AS s
+    SET category = coalesce(set_category.category,
+                            skills.classify(s.name, s.description, s.instructions)),
+        category_locked = set_category.category IS NOT NULL
+    WHERE s.id = set_category.skill_id
+    RETURNING s.category INTO result;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no skill with id %', skill_id
+            USING ERRCODE = 'no_data_found', HINT = 'Find ids with skills.search or in skills.skill.';
+    END IF;
+    RETURN result;
+END
+$$;
+COMMENT ON FUNCTION skills.set_category(bigint, skills.category) IS
+    'Sets a skill''s category by hand and keeps it across new versions; NULL hands it back to the classifier.';
+
+-- After skills.apply_staging() of a complete source tree (skills-load --tree): skills whose every
+-- place under one of `prefixes` is gone from the staging table are retired (kept with their
+-- history and outcomes, not served); places that are gone leave skills that are still found
+-- elsewhere; retired skills whose content or place is staged again return.
+CREATE FUNCTION skills.sync_source(prefixes text[], OUT retired bigint, OUT returned bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF to_regclass('pg_temp.skill_staging') IS NULL THEN
+        RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
+            USING ERRCODE = 'undefined_table',
+                  HINT = 'skills-load calls this after skills.apply_staging(), in the same transaction.';
+    END IF;
+    CREATE TEMP TABLE IF NOT EXISTS skill_sync_staged (l text PRIMARY KEY) ON COMMIT DROP;
+    TRUNCATE pg_temp.skill_sync_staged;
+    INSERT INTO pg_temp.skill_sync_staged
+        SELECT DISTINCT l FROM pg_temp.skill_staging AS st, unnest(skills.provenance_locations(st.provenance)) AS l;
+
+    UPDATE skills.skill AS s SET retired_at = NULL
+    WHERE s.retired_at IS NOT NULL
+      AND (EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st WHERE st.content_hash = s.content_hash)
+           OR EXISTS (SELECT 1 FROM unnest(skills.provenance_locations(s.provenance)) AS l
+                      JOIN pg_temp.skill_sync_staged AS g USING (l)));
+    GET DIAGNOSTICS returned = ROW_COUNT;
+
+    -- Places under the prefixes that the load did not see, per active skill.
+    CREATE TEMP TABLE IF NOT EXISTS skill_sync_gone (id bigint, locs text[], rest integer) ON COMMIT DROP;
+    TRUNCATE pg_temp.skill_sync_gone;
+    INSERT INTO pg_temp.skill_sync_gone
+        SELECT s.id,
+               array_agg(l) FILTER (WHERE under AND NOT staged),
+               count(*) FILTER (WHERE NOT under OR staged)::integer
+        FROM skills.skill AS s,
+             LATERAL (SELECT l,
+                             EXISTS (SELECT 1 FROM unnest(prefixes) AS p WHERE starts_with(l, p)) AS under,
+                             EXISTS (SELECT 1 FROM pg_temp.skill_sync_staged AS g WHERE g.l = t.l) AS staged
+                      FROM unnest(skills.provenance_locations(s.provenance)) AS t(l)) AS x
+        WHERE s.retired_at IS NULL
+        GROUP BY s.id
+        HAVING count(*) FILTER (WHERE under AND NOT staged) > 0;
+
+    -- Gone everywhere: retired, provenance kept (it says where the skill was).
+    UPDATE skills.skill AS s SET retired_at = now()
+    FROM pg_temp.skill_sync_gone AS g WHERE s.id = g.id AND g.rest = 0;
+    GET DIAGNOSTICS retired = ROW_COUNT;
+    -- Still found elsewhere: only the vanished places leave its provenance.
+    UPDATE skills.skill AS s SET provenance = skills.drop_locations(s.provenance, g.locs)
+    FROM pg_temp.skill_sync_gone AS g WHERE s.id = g.id AND g.rest > 0;
+END
+$$;
+COMMENT ON FUNCTION skills.sync_source(text[]) IS
+    'Lifecycle step of skills-load --tree: retires skills whose files left the loaded trees, brings back returning ones.';
+
+CREATE VIEW skills.retired_skill AS
+    SELECT id, name, category, version, retired_at, provenance,
+           (SELECT count(*) FROM skills.event_arm AS a WHERE a.skill_id = s.id) AS outcomes
+    FROM skills.skill AS s WHERE retired_at IS NOT NULL;
+COMMENT ON VIEW skills.retired_skill IS 'Skills retired because their files left every source (kept, not served).';
+
+-- Per source: the repository (or local root) part of each provenance location.
+CREATE VIEW skills.source_stats AS
+    WITH places AS (
+        SELECT DISTINCT s.id, split_part(l, ':', 1) || CASE WHEN l ~ '^[a-z+]+://' THEN ':' || split_part(l, ':', 2) ELSE '' END AS source
+        FROM skills.skill AS s, unnest(skills.provenance_locations(s.provenance)) AS l
+    )
+    SELECT p.source,
+           count(*) AS skills,
+           count(*) FILTER (WHERE s.retired_at IS NULL) AS active,
+           count(*) FILTER (WHERE s.retired_at IS NOT NULL) AS retired,
+           sum(s.version) AS versions,
+           count(*) FILTER (WHERE s.risk >= 'medium') AS flagged,
+           count(*) FILTER (WHERE s.risk >= 'high') AS flagged_high,
+           count(*) FILTER (WHERE NOT EXISTS (
+               SELECT 1 FROM jsonb_array_elements(s.provenance) AS e
+               WHERE skills.license_family(e ->> 'license') <> 'unknown')) AS unknown_license,
+           count(*) FILTER (WHERE s.category_locked) AS category_overrides
+    FROM places AS p JOIN skills.skill AS s ON s.id = p.id
+    GROUP BY p.source;
+COMMENT ON VIEW skills.source_stats IS
+    'Per source (repository or local tree): skills, active, retired, versions, flagged at medium+/high, unknown licences, category overrides.';
+
+CREATE VIEW skills.flagged_skill AS
+    SELECT s.id, s.name, s.risk, f ->> 'rule' AS rule, f ->> 'severity' AS severity,
+           (f -> 'lines' ->> 0)::integer AS first_line, f ->> 'excerpt' AS excerpt, f ->> 'mitigation' AS mitigation
+    FROM skills.skill AS s, jsonb_array_elements(s.risk_findings) AS f;
+COMMENT ON VIEW skills.flagged_skill IS 'One row per risk finding of every skill.';

@@ -43,7 +43,10 @@ REVOKE EXECUTE ON FUNCTION
     skills.rule_edges(),
     skills.embed_pending(bigint),
     skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean),
-    skills.apply_staging()
+    skills.apply_staging(),
+    skills.sync_source(text[]),
+    skills.set_category(bigint, skills.category),
+    skills.rescan_risk()
 FROM PUBLIC;
 
 -- Reading. Events: only what a reading uses (their key), not what was asked or by whom.
@@ -54,7 +57,7 @@ GRANT SELECT ON
     skills.edge, skills.graph_state, skills.event_arm, skills.embedder_status,
     skills.pool_code_generation, skills.pool_testing, skills.pool_debugging,
     skills.pool_refactoring_review, skills.pool_data_ml, skills.pool_devops_infra,
-    skills.pool_docs_tooling
+    skills.pool_docs_tooling, skills.retired_skill, skills.source_stats, skills.flagged_skill
 TO skills_reader;
 GRANT SELECT (id, task_key, round, recorded_at) ON skills.event TO skills_reader;
 
@@ -68,7 +71,8 @@ GRANT INSERT ON skills.skill_version TO skills_loader;
 GRANT SELECT, INSERT, UPDATE ON skills.embed_queue TO skills_loader;
 -- Deleting a skill deletes its edges, whose trigger counts the change in graph_state.
 GRANT UPDATE ON skills.graph_state TO skills_loader;
-GRANT EXECUTE ON FUNCTION skills.apply_staging() TO skills_loader;
+GRANT EXECUTE ON FUNCTION skills.apply_staging(), skills.sync_source(text[]),
+    skills.set_category(bigint, skills.category), skills.rescan_risk() TO skills_loader;
 
 -- Administration.
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA skills TO skills_admin;

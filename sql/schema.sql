@@ -17,6 +17,10 @@ CREATE TYPE skills.category AS ENUM (
 COMMENT ON TYPE skills.category IS
     'Capability pool of a skill, by its main artifact or activity (assigned by skills.classify unless given).';
 
+-- Risk of a skill to the user whose agent follows it: the highest severity of its findings
+-- (skills.risk_rules() lists the rules; docs/trust.md explains them).
+CREATE TYPE skills.risk_level AS ENUM ('none', 'low', 'medium', 'high', 'critical');
+
 CREATE TABLE skills.skill (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name          text NOT NULL CONSTRAINT skill_name_not_empty CHECK (btrim(name) <> ''),
@@ -31,13 +35,24 @@ CREATE TABLE skills.skill (
     version       integer NOT NULL DEFAULT 1 CONSTRAINT skill_version_positive CHECK (version >= 1),
     token_count   integer NOT NULL DEFAULT 0 CONSTRAINT skill_token_count_nonnegative CHECK (token_count >= 0),
     created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now()
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    risk          skills.risk_level NOT NULL DEFAULT 'none',
+    risk_findings jsonb NOT NULL DEFAULT '[]',
+    risk_rules_version integer NOT NULL DEFAULT 0,
+    category_locked boolean NOT NULL DEFAULT false,
+    retired_at    timestamptz
 );
 COMMENT ON TABLE skills.skill IS 'One row per distinct skill document (identity: content_hash of the normalised content).';
 COMMENT ON COLUMN skills.skill.provenance IS
     'JSON array: one object per place the content was found (location, source, repository, commit, path, url, license).';
 COMMENT ON COLUMN skills.skill.content_hash IS 'sha256 (hex) of the normalised name, description and instructions; set by a trigger.';
 COMMENT ON COLUMN skills.skill.token_count IS 'LLM prompt tokens (o200k_base) of name, description and instructions; set by a trigger.';
+COMMENT ON COLUMN skills.skill.risk IS 'Highest severity of risk_findings; set by the trigger (served up to pg_skills.max_risk).';
+COMMENT ON COLUMN skills.skill.risk_findings IS
+    'JSON array of findings: rule, severity, field, lines [first, last], excerpt, mitigation; set by the trigger.';
+COMMENT ON COLUMN skills.skill.risk_rules_version IS 'Version of the rules the findings come from (skills.rescan_risk() brings older ones up to date).';
+COMMENT ON COLUMN skills.skill.category_locked IS 'A category set by hand: new versions of the skill keep it (skills.set_category).';
+COMMENT ON COLUMN skills.skill.retired_at IS 'When the skill''s files left every source it was loaded from; retired skills keep their history and outcomes but are not served.';
 COMMENT ON COLUMN skills.skill.version IS 'Starts at 1; +1 each time the content of the skill changes (old versions in skills.skill_version).';
 
 CREATE INDEX skill_category_idx ON skills.skill (category);

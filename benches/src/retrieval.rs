@@ -93,7 +93,7 @@ fn run(args: &Args) -> Result<(), load::LoadError> {
         pipeline.push(item);
     }
     let (skills, counts) = pipeline.finish();
-    let applied = load::load(&mut client, &skills, |_| {})?;
+    let applied = load::load(&mut client, &skills, &[], |_| {})?;
     let load_secs = load_start.elapsed().as_secs_f64();
 
     // skill id -> the corpus documents it stands for, and back

@@ -7,6 +7,7 @@ pub mod category;
 pub mod dedup;
 pub mod drop_reason;
 pub mod filter;
+pub mod license;
 pub mod normalize;
 pub mod readers;
 pub mod risk;

@@ -20,6 +20,10 @@ pub struct ApplyCounts {
     pub merged: i64,
     /// Known content from known places: nothing changed.
     pub unchanged: i64,
+    /// Skills whose files left the loaded trees (`--tree`): retired, not served.
+    pub retired: i64,
+    /// Retired skills found again: served again.
+    pub returned: i64,
 }
 
 /// Connects as `dsn` says, with TLS as its `sslmode` asks (libpq's default `prefer` when it
@@ -112,9 +116,12 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
+/// Loads `skills`; `complete_sources` are the location prefixes of trees read whole (their
+/// skills that were not read again are retired, see `skills.sync_source`).
 pub fn load(
     client: &mut Client,
     skills: &[Prepared],
+    complete_sources: &[String],
     mut progress: impl FnMut(usize),
 ) -> Result<ApplyCounts, LoadError> {
     let mut tx = client.transaction()?;
@@ -143,12 +150,21 @@ pub fn load(
         "SELECT new_skills, updated, merged, unchanged FROM skills.apply_staging()",
         &[],
     )?;
-    let counts = ApplyCounts {
+    let mut counts = ApplyCounts {
         new: row.get(0),
         updated: row.get(1),
         merged: row.get(2),
         unchanged: row.get(3),
+        ..ApplyCounts::default()
     };
+    if !complete_sources.is_empty() {
+        let row = tx.query_one(
+            "SELECT retired, returned FROM skills.sync_source($1::text[])",
+            &[&complete_sources],
+        )?;
+        counts.retired = row.get(0);
+        counts.returned = row.get(1);
+    }
     tx.commit()?;
     Ok(counts)
 }

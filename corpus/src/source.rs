@@ -69,6 +69,25 @@ impl SourceInfo {
     }
 
     /// A browsable URL for a file, when the repository is on GitHub and the commit is known.
+    /// The prefix of the provenance locations of every file under `tree` (a folder inside this
+    /// source): what a complete re-read of `tree` covers.
+    pub fn location_prefix(&self, tree: &Path) -> String {
+        let tree = tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf());
+        let rel = tree
+            .strip_prefix(&self.root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let base = self
+            .repository
+            .clone()
+            .unwrap_or_else(|| self.root.to_string_lossy().into_owned());
+        if rel.is_empty() {
+            format!("{base}:")
+        } else {
+            format!("{base}:{rel}/")
+        }
+    }
+
     pub fn file_url(&self, rel_path: &str) -> Option<String> {
         let repo = self.repository.as_deref()?;
         let commit = self.commit.as_deref()?;

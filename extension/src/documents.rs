@@ -11,7 +11,7 @@ use crate::guc;
 /// ERROR 54000 for texts larger than any document can be (`pg_skills.max_document_size` at
 /// its most): these functions are callable with any text, and hashing, classifying or analysing
 /// a gigabyte would hold the backend (and its memory) for many seconds.
-fn check_text_size(bytes: usize) {
+pub(crate) fn check_text_size(bytes: usize) {
     let limit = guc::MAX_DOCUMENT_SIZE_LIMIT_KB as usize * 1024;
     if bytes > limit {
         crate::errors::raise(

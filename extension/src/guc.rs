@@ -18,6 +18,23 @@ pub enum Device {
     Cuda,
 }
 pub static DEVICE: GucSetting<Device> = GucSetting::<Device>::new(Device::Cpu);
+/// The highest risk level (`skills.risk_level`) a search or context serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PostgresGucEnum)]
+pub enum MaxRisk {
+    #[name = c"none"]
+    None,
+    #[name = c"low"]
+    Low,
+    #[name = c"medium"]
+    Medium,
+    #[name = c"high"]
+    High,
+    #[name = c"critical"]
+    Critical,
+}
+pub static MAX_RISK: GucSetting<MaxRisk> = GucSetting::<MaxRisk>::new(MaxRisk::Medium);
+/// Licence families served (comma-separated; empty: every family).
+pub static ALLOWED_LICENSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// BM25 term-frequency saturation.
 pub static BM25_K1: GucSetting<f64> = GucSetting::<f64>::new(1.5);
 /// BM25 length normalisation.
@@ -248,6 +265,24 @@ pub fn init() {
         c"SQL function giving KeyOpt's base relevance r (a cross-encoder); empty: the key inner product.",
         c"Signature (query text, skill_ids bigint[]) returning (skill_id bigint, score double precision), one row per id. A fit records it in its round; readings of the round call it.",
         &RELEVANCE_FUNCTION,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    // Superuser only: the serving policy protects every user's agents from flagged skills; a
+    // session must not lift it for itself.
+    GucRegistry::define_enum_guc(
+        c"pg_skills.max_risk",
+        c"Highest skill risk level served by skills.search, skills.render_context and the MCP tools.",
+        c"Levels: none, low, medium, high, critical (skills.skill.risk, from the rules of skills.risk_rules()). Withheld skills are counted in a NOTICE.",
+        &MAX_RISK,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_skills.allowed_licenses",
+        c"Licence families served (comma-separated: permissive, weak-copyleft, copyleft, restricted, unknown); empty: all.",
+        c"A skill is served when one of its provenance entries has a licence of an allowed family (skills.license_family).",
+        &ALLOWED_LICENSES,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -32,6 +32,7 @@ mod schema;
 mod search;
 mod spi;
 mod storage;
+mod trust;
 
 ::pgrx::pg_module_magic!(name, version);
 

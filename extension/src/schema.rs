@@ -43,10 +43,14 @@ pgrx::extension_sql_file!(
     name = "api",
     requires = [
         "schema",
+        "keyopt",
         documents::content_hash,
         documents::token_count,
         documents::classify_label,
         documents::max_document_bytes,
+        trust::risk_scan,
+        trust::risk_rules_version,
+        trust::license_family,
         search::search_ranked
     ]
 );

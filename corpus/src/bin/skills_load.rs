@@ -49,6 +49,10 @@ struct Args {
     /// sslrootcert=FILE or system for the verify modes.
     #[arg(long)]
     dsn: Option<String>,
+    /// Do not retire skills whose files are gone from a --tree (by default a tree is read whole,
+    /// so a skill it no longer holds is retired: kept with its history, not served).
+    #[arg(long)]
+    keep_missing: bool,
     /// Read, filter and deduplicate, but write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -125,8 +129,12 @@ fn main() -> ExitCode {
         code_filter: !args.no_code_filter,
     });
 
+    let mut complete_sources = Vec::new();
     for tree in &args.trees {
         let source = SourceInfo::detect(tree, args.repository.clone(), args.commit.clone());
+        if !args.keep_missing {
+            complete_sources.push(source.location_prefix(tree));
+        }
         let files = match skill_files(tree) {
             Ok(f) => f,
             Err(e) => {
@@ -179,12 +187,12 @@ fn main() -> ExitCode {
         None => ApplyCounts::default(),
         Some(c) => {
             let pb = bar(skills.len(), "stage");
-            let result = load::load(c, &skills, |n| pb.set_position(n as u64));
+            let result = load::load(c, &skills, &complete_sources, |n| pb.set_position(n as u64));
             pb.finish_and_clear();
             match result {
                 Ok(a) => a,
                 Err(e) => {
-                    report(&args, &counts, None);
+                    report(&args, &counts, &[], None);
                     eprintln!(
                         "skills-load: load failed, nothing was written: {}",
                         load::describe(e.as_ref())
@@ -194,11 +202,26 @@ fn main() -> ExitCode {
             }
         }
     };
-    report(&args, &counts, (!args.dry_run).then_some(applied));
+    let flagged = risk_counts(&skills);
+    report(&args, &counts, &flagged, (!args.dry_run).then_some(applied));
     ExitCode::SUCCESS
 }
 
-fn report(args: &Args, counts: &IngestCounts, applied: Option<ApplyCounts>) {
+/// Skills per risk level at medium or above (the same rules as the server's trigger).
+fn risk_counts(skills: &[pg_skills_corpus::dedup::Prepared]) -> Vec<(&'static str, usize)> {
+    use pg_skills_corpus::risk::{scan, Level};
+    let mut counts = [0usize; 5];
+    for p in skills {
+        let level = scan(&p.skill.name, &p.skill.description, &p.skill.instructions).level;
+        counts[level as usize] += 1;
+    }
+    [Level::Medium, Level::High, Level::Critical]
+        .into_iter()
+        .map(|l| (l.as_str(), counts[l as usize]))
+        .collect()
+}
+
+fn report(args: &Args, counts: &IngestCounts, flagged: &[(&str, usize)], applied: Option<ApplyCounts>) {
     if !args.quiet {
         for (location, reason) in &counts.drop_log {
             eprintln!("dropped {location}: {reason}");
@@ -217,6 +240,9 @@ fn report(args: &Args, counts: &IngestCounts, applied: Option<ApplyCounts>) {
             "updated": applied.map(|a| a.updated),
             "merged_into_existing": applied.map(|a| a.merged),
             "unchanged": applied.map(|a| a.unchanged),
+            "retired": applied.map(|a| a.retired),
+            "returned": applied.map(|a| a.returned),
+            "flagged": flagged.iter().map(|(l, n)| (l.to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
         });
         println!("{summary}");
         return;
@@ -238,10 +264,12 @@ fn report(args: &Args, counts: &IngestCounts, applied: Option<ApplyCounts>) {
         },
         counts.merged_duplicates
     );
+    let flags: Vec<String> = flagged.iter().map(|(l, n)| format!("{l} {n}")).collect();
+    println!("risk findings: {} (skills.flagged_skill lists them)", flags.join(", "));
     match applied {
         Some(a) => println!(
-            "database: new {}, updated {}, provenance added {}, unchanged {}",
-            a.new, a.updated, a.merged, a.unchanged
+            "database: new {}, updated {}, provenance added {}, unchanged {}, retired {}, returned {}",
+            a.new, a.updated, a.merged, a.unchanged, a.retired, a.returned
         ),
         None => println!("database: nothing written"),
     }

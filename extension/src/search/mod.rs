@@ -30,28 +30,53 @@ use pgrx::prelude::*;
 
 use pg_skills_kernels::serving::{serve, Limits};
 
-use rank::{id_scores, rank, Ranked};
+use rank::{rank, Ranked};
+use crate::trust::{notice_withheld, Policy, Withheld};
 pub use request::{limits, Request};
 
-/// token_count of each skill in `ids`.
-fn token_counts(ids: &[i64]) -> HashMap<i64, i32> {
-    id_scores(
-        "SELECT id, token_count::float8 FROM skills.skill WHERE id = ANY ($1)",
-        &[ids.to_vec().into()],
-    )
-    .into_iter()
-    .map(|(id, t)| (id, t as i32))
-    .collect()
+/// What serving needs of each ranked skill: its token count and whether the policy withholds it
+/// (one round trip per ranking).
+struct Facts {
+    tokens: HashMap<i64, i32>,
+    withheld: HashMap<i64, Withheld>,
+}
+
+fn facts(ids: &[i64], policy: &Policy) -> Facts {
+    crate::spi::read(|client| {
+        let mut f = Facts {
+            tokens: HashMap::new(),
+            withheld: HashMap::new(),
+        };
+        for row in client.select(
+            "SELECT id, token_count, risk::text, retired_at IS NOT NULL, \
+                    ARRAY(SELECT p ->> 'license' FROM jsonb_array_elements(provenance) AS p) \
+             FROM skills.skill WHERE id = ANY ($1)",
+            None,
+            &[ids.to_vec().into()],
+        )? {
+            let id = row.get::<i64>(1)?.expect("NOT NULL");
+            f.tokens.insert(id, row.get::<i32>(2)?.unwrap_or(0));
+            let risk: String = row.get(3)?.unwrap_or_default();
+            let retired = row.get::<bool>(4)?.unwrap_or(false);
+            let licenses: Vec<Option<String>> = row.get(5)?.unwrap_or_default();
+            if let Some(w) = policy.withheld(&risk, retired, &licenses) {
+                f.withheld.insert(id, w);
+            }
+        }
+        Ok::<_, pgrx::spi::Error>(f)
+    })
 }
 
 /// The served rows of `req` under `limits`, with each row's token count; `cost` gives the tokens
 /// each ranked row costs against the budget (its token_count for search, its rendered size for
-/// context).
+/// context). Skills the serving policy withholds (risk above `pg_skills.max_risk`, retired, a
+/// licence outside `pg_skills.allowed_licenses`) are skipped, and a NOTICE counts them.
 pub fn served(
     req: &mut Request,
     limits: Limits,
     mut cost: impl FnMut(&[Ranked], &HashMap<i64, i32>) -> Vec<u64>,
 ) -> Vec<(Ranked, i32)> {
+    let policy = Policy::current();
     // Without a budget the first k rows that pass min_score are the answer; with one, rows may
     // be skipped, so rank deeper and grow until k are served or the candidates run out.
     req.results_wanted = limits.k;
@@ -61,22 +86,39 @@ pub fn served(
         (Some(k), Some(_)) => Some((4 * k).max(40)),
     };
     loop {
-        let ranked = rank(req, depth);
-        let tokens = token_counts(&ranked.iter().map(|r| r.id).collect::<Vec<_>>());
-        let costs = cost(&ranked, &tokens);
+        let all = rank(req, depth);
+        let facts = facts(&all.iter().map(|r| r.id).collect::<Vec<_>>(), &policy);
+        let (ranked, withheld): (Vec<Ranked>, Vec<Ranked>) = all
+            .iter()
+            .cloned()
+            .partition(|r| !facts.withheld.contains_key(&r.id));
+        let costs = cost(&ranked, &facts.tokens);
         let rows: Vec<(f64, u64)> = ranked.iter().map(|r| r.score).zip(costs).collect();
         let chosen = serve(&rows, limits);
         let enough = limits.k.is_none_or(|k| chosen.len() >= k);
-        let exhausted = depth.is_none_or(|d| ranked.len() < d);
+        let exhausted = depth.is_none_or(|d| all.len() < d);
         let below_threshold = limits
             .min_score
-            .zip(ranked.last())
+            .zip(all.last())
             .is_some_and(|(m, last)| !(last.score >= m));
         if enough || exhausted || below_threshold {
+            // Report the withheld skills that would have been served: all that pass min_score
+            // when k did not cut the list, else those ranked above the last served row.
+            let cut = limits.k.is_some_and(|k| chosen.len() >= k);
+            let last_served = chosen.last().map(|&i| ranked[i].score);
+            let passed_over: Vec<(i64, Withheld)> = withheld
+                .iter()
+                .filter(|r| {
+                    limits.min_score.is_none_or(|m| r.score >= m)
+                        && (!cut || last_served.is_none_or(|s| r.score >= s))
+                })
+                .map(|r| (r.id, facts.withheld[&r.id]))
+                .collect();
+            notice_withheld(&passed_over, &policy);
             return chosen
                 .into_iter()
                 .map(|i| {
-                    let t = tokens.get(&ranked[i].id).copied().unwrap_or(0);
+                    let t = facts.tokens.get(&ranked[i].id).copied().unwrap_or(0);
                     (ranked[i].clone(), t)
                 })
                 .collect();

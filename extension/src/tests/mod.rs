@@ -11,3 +11,4 @@ mod keyopt;
 mod keys;
 mod request;
 mod skills;
+mod trust;

@@ -25,6 +25,9 @@ pub struct RenderedContext {
     pub tokens: i64,
     /// The skills in the block, in order; report outcomes for these.
     pub skills: Vec<ServedSkill>,
+    /// What the serving policy kept out of the block (risk, retired, licence), if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
 }
 
 // The served skills come from skills.context_sections, one row per section in block order, not
@@ -48,5 +51,8 @@ FROM b";
 pub async fn render_context(db: &Database, args: SearchArgs) -> Result<RenderedContext, ToolError> {
     let methods = methods_for(db, &args).await?;
     let req = args.validate(3, methods)?;
-    decode("render_context", request_value(db, RENDER_SQL, &req).await?)
+    let (value, withheld) = request_value(db, RENDER_SQL, &req).await?;
+    let mut rendered: RenderedContext = decode("render_context", value)?;
+    rendered.withheld = withheld;
+    Ok(rendered)
 }

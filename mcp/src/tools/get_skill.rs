@@ -33,6 +33,9 @@ pub struct SkillDocument {
     pub provenance: Vec<Value>,
     /// The document as a SKILL.md file (YAML front matter, then the instructions).
     pub skill_md: String,
+    /// Risk to the user if an agent follows it (none, low, medium, high, critical) and its findings.
+    pub risk: String,
+    pub risk_findings: Vec<Value>,
 }
 
 const GET_SKILL_SQL: &str = "\
@@ -40,7 +43,9 @@ SELECT jsonb_build_object(
            'id', s.id, 'name', v.name, 'description', v.description,
            'instructions', v.instructions, 'category', v.category, 'version', v.version,
            'current_version', s.version, 'content_hash', v.content_hash,
-           'token_count', v.token_count, 'provenance', v.provenance, 'skill_md', '')
+           'token_count', v.token_count, 'provenance', v.provenance, 'skill_md', '',
+           'risk', s.risk, 'risk_findings', s.risk_findings,
+           'withheld', skills.withheld_reason(s.id))
 FROM skills.skill AS s
 CROSS JOIN LATERAL (
     SELECT s.name, s.description, s.instructions, s.category, s.version, s.content_hash,
@@ -92,6 +97,13 @@ pub async fn get_skill(db: &Database, args: GetSkillArgs) -> Result<SkillDocumen
         .await?;
     match (found, current) {
         (Some(value), _) => {
+            // The serving policy applies to documents fetched by id as to searches: an agent
+            // must not receive the instructions of a skill the server withholds.
+            if let Some(why) = value.get("withheld").and_then(Value::as_str) {
+                return Err(ToolError::NotFound(format!(
+                    "skill {id} is withheld by the server's serving policy: {why}"
+                )));
+            }
             let mut doc: SkillDocument = decode("get_skill", value)?;
             doc.skill_md = skill_md(&doc.name, &doc.description, &doc.instructions);
             Ok(doc)

@@ -163,6 +163,11 @@ pub struct SkillHit {
     pub parts: ScoreParts,
     /// Where the document was found: repository, commit, path, url, licence.
     pub provenance: Vec<Value>,
+    /// Risk to the user if an agent follows it: none, low, medium, high, critical (skills above
+    /// the server's pg_skills.max_risk are never returned).
+    pub risk: String,
+    /// The risk findings: rule, severity, field, lines, excerpt, mitigation.
+    pub risk_findings: Vec<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -170,6 +175,9 @@ pub struct SearchResult {
     pub query: String,
     pub method: String,
     pub results: Vec<SkillHit>,
+    /// What the serving policy withheld from this answer (risk, retired, licence), if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
 }
 
 const SEARCH_SQL: &str = "\
@@ -180,20 +188,21 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
            'parts', jsonb_strip_nulls(jsonb_build_object(
                'bm25', r.bm25, 'semantic', r.semantic, 'graph', r.graph,
                'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term)),
-           'provenance', s.provenance) ORDER BY r.rank), '[]'::jsonb)
+           'provenance', s.provenance, 'risk', r.risk,
+           'risk_findings', s.risk_findings) ORDER BY r.rank), '[]'::jsonb)
 FROM skills.search($1, categories => $2, k => $3, token_budget => $4, min_score => $5,
                    method => $6)
      WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta,
-                          dk_term, event_term, rank)
+                          dk_term, event_term, risk, risk_rules, rank)
 JOIN skills.skill AS s ON s.id = r.id";
 
 /// Runs `sql` (a statement over skills.search / skills.render_context taking the request's six
-/// parameters in order) and returns its one jsonb value.
+/// parameters in order) and returns its one jsonb value, with what the serving policy withheld.
 pub(super) async fn request_value(
     db: &Database,
     sql: &'static str,
     req: &SearchRequest,
-) -> Result<Value, ToolError> {
+) -> Result<(Value, Option<String>), ToolError> {
     db.with_client(true, |c| {
         let req = req.clone();
         async move {
@@ -210,7 +219,10 @@ pub(super) async fn request_value(
                     ],
                 )
                 .await?;
-            Ok(row.get(0))
+            let value: Value = row.get(0);
+            // The policy's NOTICE does not reach a pooled client: ask for it on the same session.
+            let withheld: Option<String> = c.query_one("SELECT skills.last_withheld()", &[]).await?.get(0);
+            Ok((value, withheld))
         }
     })
     .await
@@ -231,11 +243,12 @@ pub(super) async fn methods_for<'a>(
 pub async fn search(db: &Database, args: SearchArgs) -> Result<SearchResult, ToolError> {
     let methods = methods_for(db, &args).await?;
     let req = args.validate(5, methods)?;
-    let rows = request_value(db, SEARCH_SQL, &req).await?;
+    let (rows, withheld) = request_value(db, SEARCH_SQL, &req).await?;
     Ok(SearchResult {
         query: req.query,
         method: req.method,
         results: decode("search", rows)?,
+        withheld,
     })
 }
 
