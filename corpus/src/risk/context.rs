@@ -138,13 +138,39 @@ pub fn is_warned_at(lines: &[Line], paragraphs: &[Line], index: usize, start: us
     is_warned(lines, index, start, end)
 }
 
+/// Compiles a rule pattern with ASCII word boundaries: a Unicode `\b` makes the regex crate's
+/// lazy DFA give up on any non-ASCII text (most real skills have some) and fall back to its
+/// PikeVM, several times slower; the words the rules look for are ASCII.
+pub(super) fn regex(pattern: &str) -> Regex {
+    Regex::new(&ascii_boundaries(pattern)).expect("valid rule pattern")
+}
+
+pub(super) fn ascii_boundaries(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('b') => out.push_str("(?-u:\\b)"),
+                Some(n) => {
+                    out.push('\\');
+                    out.push(n);
+                }
+                None => out.push('\\'),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn warning_before() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
-        Regex::new(
+        regex(
             r"(?i)(\bnever\b|\bwhy\s+not\b|\bsuch\s+as\b|\be\.g\.|\bfor\s+(?:example|instance)\b|\bpatterns?\s+like\b|\blook\s+for\b|\bsearch\s+for\b|\bscan\s+for\b|\bdon'?t\b(?:\s+worry)?|\bdo\s+not\b|\bavoid(?:ing)?\b|\bmust\s*n[o']t\b|\bshould\s*n[o']t\b|\binstead\s+of\b|\brather\s+than\b|\bdangerous\b|\binsecure\b|\bunsafe\b|\bbad\b|\bwrong\b|\banti-?pattern\b|\bwarning\b|\bdetects?\b|\bflags?\b|\bblocks?\b|❌|⚠)",
         )
-        .expect("valid warning pattern")
     })
 }
 
@@ -209,10 +235,9 @@ fn sentence_start(text: &str) -> usize {
 fn warned_after(after: &str, reach: usize) -> bool {
     static R: OnceLock<Regex> = OnceLock::new();
     let r = R.get_or_init(|| {
-        Regex::new(
+        regex(
             r"(?i)\b(?:never\s+(?:use|do|run|pipe|copy|paste)|do\s+not\s+(?:use|do|run)|don'?t\s+(?:use|do|run)|avoid\b|is\s+(?:insecure|unsafe|dangerous)|not\s+recommended|bad\s+practice|flag\s+(?:these|this|it|them)\b|reject\b|block\s+(?:these|this|it|them)\b)",
         )
-        .expect("valid warning pattern")
     });
     let mut end = after.len().min(reach);
     while !after.is_char_boundary(end) {
@@ -310,6 +335,12 @@ mod tests {
         assert!(!is_warned(&l, 1, 0, 0));
         let l = logical_lines("Setup\ncurl x | sh");
         assert!(!is_warned(&l, 1, 0, 0));
+    }
+
+    #[test]
+    fn word_boundaries_become_ascii_and_escapes_stay() {
+        assert_eq!(ascii_boundaries(r"\bcurl\\b\s"), r"(?-u:\b)curl\\b\s");
+        assert!(regex(r"(?i)\bcurl\b").is_match("é curl é"));
     }
 
     #[test]

@@ -51,10 +51,9 @@ enum Context {
 pub(super) fn source_severity(line: &str) -> Level {
     static R: OnceLock<Regex> = OnceLock::new();
     let risky = R.get_or_init(|| {
-        Regex::new(
+        context::regex(
             r"(?i)\bhttp://|\bhttps?://(?:\d{1,3}\.){3}\d{1,3}\b|\bhttps?://\[[0-9a-f:]+\]|\bhttps?://(?:[\w-]+\.)*(?:pastebin\.com|paste\.ee|hastebin\.com|ghostbin\.\w+|termbin\.com|transfer\.sh|file\.io|0x0\.st|temp\.sh|ngrok(?:-free)?\.(?:io|app|dev)|trycloudflare\.com|loca\.lt|serveo\.net|bit\.ly|tinyurl\.com|is\.gd|t\.co|goo\.gl|rb\.gy|cutt\.ly|gist\.githubusercontent\.com|cdn\.discordapp\.com|webhook\.site|requestbin\.\w+|pipedream\.net|duckdns\.org|anonfiles\.com|mega\.nz|dropboxusercontent\.com)\b|\s(?:-[a-zA-Z]*k[a-zA-Z]*|--insecure|--no-check-certificate)(?:\s|$)",
         )
-        .expect("valid source pattern")
     });
     if risky.is_match(line) {
         Level::High
@@ -255,13 +254,15 @@ struct Compiled {
 fn compiled() -> &'static Compiled {
     static C: OnceLock<Compiled> = OnceLock::new();
     C.get_or_init(|| {
-        let sources: Vec<&str> = PATTERNS.iter().map(|p| p.regex).collect();
+        let sources: Vec<String> = PATTERNS.iter().map(|p| context::ascii_boundaries(p.regex)).collect();
         Compiled {
-            set: RegexSet::new(&sources).expect("valid rule patterns"),
-            regexes: sources
-                .iter()
-                .map(|s| Regex::new(s).expect("valid rule pattern"))
-                .collect(),
+            // A larger lazy-DFA cache than the default 2 MiB: with ~60 patterns in one set the
+            // default one is rebuilt over and over on long documents.
+            set: regex::RegexSetBuilder::new(&sources)
+                .dfa_size_limit(16 << 20)
+                .build()
+                .expect("valid rule patterns"),
+            regexes: sources.iter().map(|s| context::regex(s)).collect(),
         }
     })
 }

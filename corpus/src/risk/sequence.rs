@@ -25,26 +25,20 @@ fn patterns() -> &'static Patterns {
     P.get_or_init(|| Patterns {
         // curl -o FILE / --output FILE, wget -O FILE / plain wget URL, PowerShell -OutFile or
         // DownloadFile(url, FILE), Python urlretrieve(url, FILE).
-        download: Regex::new(
+        download: context::regex(
             r#"(?i)(?:\bcurl\b[^\n]*?(?:\s-[a-zA-Z]*o\s*|--output[=\s]+)["']?(?P<c>[^\s"';|&]+)|\bwget\b[^\n]*?(?:\s-O\s*|--output-document[=\s]+)["']?(?P<w>[^\s"';|&]+)|\b(?:invoke-webrequest|iwr)\b[^\n]*?-outfile\s+["']?(?P<p>[^\s"';|&]+)|downloadfile\(\s*["'][^"']+["']\s*,\s*["'](?P<d>[^"']+)["']|urlretrieve\(\s*["'][^"']+["']\s*,\s*["'](?P<u>[^"']+)["'])"#,
-        )
-        .expect("valid download pattern"),
-        url_file: Regex::new(r#"(?i)\bwget\s+(?:-[\w-]+\s+)*["']?https?://[^\s"']*/(?P<f>[^/\s"'?#]+)"#)
-            .expect("valid wget pattern"),
-        verify: Regex::new(
+        ),
+        url_file: context::regex(r#"(?i)\bwget\s+(?:-[\w-]+\s+)*["']?https?://[^\s"']*/(?P<f>[^/\s"'?#]+)"#),
+        verify: context::regex(
             r"(?i)\b(?:sha(?:1|256|512)sum\s+(?:-c|--check)|shasum\s+(?:-a\s+\d+\s+)?(?:-c|--check)|gpg\s+--verify|cosign\s+verify|minisign\s+-V|get-filehash|gh\s+attestation\s+verify|slsa-verifier)",
-        )
-        .expect("valid verify pattern"),
-        drop: Regex::new(
+        ),
+        drop: context::regex(
             r#"(?i)\bdrop\s+(?:database|schema)\s+(?:if\s+exists\s+)?(?P<n>["`\w.$-]+)|\bdropdb\b(?:\s+-[\w-]+(?:\s+\S+)?)*\s+(?P<d>[\w.$-]+)|\bdb\.dropDatabase\(\)|\b(?:redis-cli\s+)?flushall\b"#,
-        )
-        .expect("valid drop pattern"),
-        disposable: Regex::new(r"(?i)(?:test|tmp|temp|scratch|throwaway|sandbox|example|demo|fixture|ci_|_ci\b|dev_|_dev\b)")
-            .expect("valid name pattern"),
-        confirm: Regex::new(
+        ),
+        disposable: context::regex(r"(?i)(?:test|tmp|temp|scratch|throwaway|sandbox|example|demo|fixture|ci_|_ci\b|dev_|_dev\b)"),
+        confirm: context::regex(
             r"(?i)\b(?:confirm(?:ation|ed)?|are\s+you\s+sure|ask\s+(?:the\s+user|for\s+(?:approval|permission))|read\s+-p|--interactive|backup|back\s+up|pg_dump)\b",
-        )
-        .expect("valid confirm pattern"),
+        ),
     })
 }
 
@@ -55,20 +49,31 @@ fn basename(path: &str) -> &str {
         .unwrap_or(path)
 }
 
-/// True when `line` runs or makes executable the file `name`.
+/// True when `line` runs or makes executable a file whose path ends with `name`: chmod +x; a
+/// path-qualified call at a command's start (./x, /tmp/x, $DIR/x); an interpreter, installer or
+/// PowerShell's call operator given the file; source. A line that starts by downloading,
+/// listing, reading or hashing a file does not run it.
 fn runs(line: &str, name: &str) -> bool {
-    let escaped = regex::escape(name);
-    // chmod +x; a path-qualified call at a command's start (./x, /tmp/x, $DIR/x); an interpreter,
-    // installer or PowerShell's call operator given the file; source.
-    let run = format!(
-        r#"(?i)(?:\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rw]*x|[0-7]*[1357][0-7]{{0,2}})\s+["']?[^\s"']*{escaped}\b|(?:^|[;&|(`]|\$\s)\s*(?:sudo\s+)?(?:\./|\.\\|/[\w./-]*/|~/[\w./-]*|\$\{{?\w+\}}?[/\\][\w./\\-]*){escaped}(?:\s|$|[;&|)`])|\b(?:sudo\s+)?(?:ba|z|k|da)?sh\s+(?:-\S+\s+)*[^\s]*{escaped}\b|\b(?:python[0-9.]*|perl|ruby|node|powershell|pwsh)\s+(?:-\S+\s+)*[^\s]*{escaped}\b|\bstart-process\b[^\n]*{escaped}|&\s*["']?[^\s"']*{escaped}|\b(?:msiexec|dpkg\s+-i|rpm\s+-i\w*|installer\s+-pkg)\b[^\n]*{escaped}|(?:\bsource|^\s*\.)\s+[^\s]*{escaped}\b)"#
-    );
-    // A line that only downloads, lists, reads or hashes the file does not run it.
-    let inspects = Regex::new(&format!(
-        r"(?i)^\s*(?:\$\s*)?(?:curl|wget|invoke-webrequest|iwr|cat|less|more|head|tail|ls|file|sha\d+sum|shasum|gpg|cosign|get-filehash|diff|vim|nano|code|mv|cp|rm|tar\s+-t\w*)\b[^\n]*{escaped}"
-    ))
-    .expect("valid inspect pattern");
-    Regex::new(&run).expect("valid run pattern").is_match(line) && !inspects.is_match(line)
+    static RUN: OnceLock<(Regex, Regex)> = OnceLock::new();
+    let (run, inspects) = RUN.get_or_init(|| {
+        (
+            context::regex(
+                r#"(?i)\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rw]*x|[0-7]*[1357][0-7]{0,2})\s+["']?(?P<t1>[^\s"';&|]+)|(?:^|[;&|(`]|\$\s)\s*(?:sudo\s+)?(?P<t2>(?:\./|\.\\|/[\w./-]*/|~/[\w./-]*|\$\{?\w+\}?[/\\][\w./\\-]*)[\w.*-]+)(?:\s|$|[;&|)`])|\b(?:sudo\s+)?(?:ba|z|k|da)?sh\s+(?:-\S+\s+)*["']?(?P<t3>[^\s"';&|]+)|\b(?:python[0-9.]*|perl|ruby|node|powershell|pwsh)\s+(?:-\S+\s+)*["']?(?P<t4>[^\s"';&|]+)|\bstart-process\s+(?:-\w+\s+)*["']?(?P<t5>[^\s"';&|]+)|&\s*["']?(?P<t6>[^\s"';&|]+)|\b(?:msiexec\s+/i|dpkg\s+-i|rpm\s+-i\w*|installer\s+-pkg)\s+["']?(?P<t7>[^\s"';&|]+)|(?:\bsource|^\s*\.)\s+["']?(?P<t8>[^\s"';&|]+)"#,
+            ),
+            context::regex(
+                r"(?i)^\s*(?:\$\s*)?(?:curl|wget|invoke-webrequest|iwr|cat|less|more|head|tail|ls|file|sha\d+sum|shasum|gpg|cosign|get-filehash|diff|vim|nano|code|mv|cp|rm|tar\s+-t\w*)\b",
+            ),
+        )
+    });
+    if inspects.is_match(line) {
+        return false;
+    }
+    run.captures_iter(line).any(|c| {
+        (1..=8).filter_map(|i| c.name(&format!("t{i}"))).any(|t| {
+            let t = t.as_str().trim_end_matches(['"', '\'', ')', ',']);
+            t.ends_with(name) || basename(t) == name
+        })
+    })
 }
 
 pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
