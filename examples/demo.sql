@@ -116,7 +116,7 @@ SELECT name, round(score::numeric, 4) AS walk
 FROM skills.search('the build broke after last night''s merges, which commit did it', k => 3, method => 'skilltrace');
 
 \echo
-\echo == skill trust: every skill is scanned for risky instructions; the real demo corpus has no flagged skill
+\echo == skill trust: every skill is scanned for risky instructions; nothing in the demo corpus is flagged at medium or above
 SELECT risk, count(*) AS skills FROM skills.skill GROUP BY 1 ORDER BY 1;
 \echo == a skill arrives whose setup pipes a script from a bare IP address into sudo bash
 INSERT INTO skills.skill (name, description, instructions) VALUES ('rust-panic-helper',

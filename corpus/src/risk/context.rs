@@ -131,7 +131,15 @@ pub fn is_warned_at(lines: &[Line], paragraphs: &[Line], index: usize, start: us
             let len = paragraphs[p].text.len();
             let (s, e) = ((offset + start).min(len), (offset + end).min(len));
             if paragraphs[p].text.is_char_boundary(s) && paragraphs[p].text.is_char_boundary(e) {
-                return is_warned(paragraphs, p, s, e);
+                // Prose that describes a command may condemn it in the next paragraph ("Do not
+                // recommend these flags").
+                let next = paragraphs[p + 1..]
+                    .iter()
+                    .map(|l| l.text.trim())
+                    .find(|t| !t.is_empty())
+                    .filter(|t| !t.starts_with('#') && !t.starts_with("```"));
+                let next_warns = next.is_some_and(|t| warned_after(t, 200));
+                return next_warns || is_warned(paragraphs, p, s, e);
             }
         }
     }
@@ -191,12 +199,14 @@ pub fn is_warned(lines: &[Line], index: usize, match_start: usize, match_end: us
         return true;
     }
     // The nearest non-blank line above, when it is a comment, heading or list marker that warns.
+    // (Not across a code fence: a heading before a block is judged by `block_warned`.)
     let above = lines[..index]
         .iter()
         .rev()
         .map(|l| l.text.trim())
-        .find(|t| !t.is_empty() && !t.starts_with("```"));
-    above.is_some_and(|t| {
+        .take_while(|t| !t.starts_with("```") && !t.starts_with("~~~"))
+        .find(|t| !t.is_empty());
+    let above_warns = above.is_some_and(|t| {
         let marker = t.starts_with('#')
             || t.starts_with("//")
             || t.starts_with("--")
@@ -206,8 +216,53 @@ pub fn is_warned(lines: &[Line], index: usize, match_start: usize, match_end: us
             || t.starts_with("<!--")
             || t.starts_with('❌')
             || t.starts_with('⚠');
-        marker && warned_clause(t)
+        marker && strongly_warned(t)
+    });
+    above_warns || (lines[index].in_code && block_warned(lines, index))
+}
+
+/// Words that condemn what follows them in a heading, a comment or the sentence that introduces
+/// a code block ("## What the attacker ran (DO NOT EXECUTE)", "# BAD:", "❌"). Stricter than a
+/// clause's warning words: a heading such as "Don't skip this step" must not excuse its block.
+fn strongly_warned(text: &str) -> bool {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        regex(
+            r"(?i)\b(?:never|do\s+not|don'?t)\s+(?:ever\s+)?(?:execute|run|use|copy|paste|try|do\s+this|pipe)\b|\battackers?\b|\bmalicious\b|\bexploits?\b|\bbad\b|\bwrong\b|\banti-?pattern\b|\binsecure\b|\bunsafe\b|\bdangerous\b|\bindicators?\s+of\s+compromise\b|\bavoid\b|❌|⚠",
+        )
     })
+    .is_match(text)
+}
+
+/// A code line whose block is introduced as something not to run: the nearest heading above the
+/// block, or the text just before its opening fence, condemns it.
+fn block_warned(lines: &[Line], index: usize) -> bool {
+    let Some(fence) = (0..index).rev().find(|&i| !lines[i].in_code) else {
+        return false;
+    };
+    let intro = lines[..fence]
+        .iter()
+        .rev()
+        .map(|l| l.text.trim())
+        .find(|t| !t.is_empty());
+    let heading = lines[..fence]
+        .iter()
+        .rev()
+        .map(|l| l.text.trim())
+        .find(|t| t.starts_with('#'));
+    intro.is_some_and(condemns_block) || heading.is_some_and(condemns_block)
+}
+
+/// Stricter than [`strongly_warned`]: a heading such as "## Avoid flaky tests" or "## Handling
+/// bad input" introduces code to run; "## What the attacker ran (DO NOT EXECUTE)" does not.
+fn condemns_block(text: &str) -> bool {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        regex(
+            r"(?i)\b(?:never|do\s+not|don'?t)\s+(?:ever\s+)?(?:execute|run|copy|paste|try)\b|\battackers?\b|\bmalicious\b|\bexploits?\b|\bindicators?\s+of\s+compromise\b|\b(?:insecure|unsafe|dangerous|bad)\s+(?:example|pattern|code|practice)s?\b|\banti-?patterns?\b|❌",
+        )
+    })
+    .is_match(text)
 }
 
 /// Where the last sentence of `text` starts: after `!`, `?`, `;`, or a `.` followed by a space
@@ -236,7 +291,7 @@ fn warned_after(after: &str, reach: usize) -> bool {
     static R: OnceLock<Regex> = OnceLock::new();
     let r = R.get_or_init(|| {
         regex(
-            r"(?i)\b(?:never\s+(?:use|do|run|pipe|copy|paste)|do\s+not\s+(?:use|do|run)|don'?t\s+(?:use|do|run)|avoid\b|is\s+(?:insecure|unsafe|dangerous)|not\s+recommended|bad\s+practice|flag\s+(?:these|this|it|them)\b|reject\b|block\s+(?:these|this|it|them)\b)",
+            r"(?i)\b(?:never\s+(?:use|do|run|pipe|copy|paste)|do\s+not\s+(?:use|do|run|recommend|suggest|add|enable|set)|don'?t\s+(?:use|do|run|recommend|suggest|add|enable|set)|avoid\b|is\s+(?:insecure|unsafe|dangerous)|not\s+recommended|bad\s+practice|flag\s+(?:these|this|it|them)\b|reject\b|block\s+(?:these|this|it|them)\b)",
         )
     });
     let mut end = after.len().min(reach);
@@ -251,6 +306,29 @@ fn warned_clause(text: &str) -> bool {
         // "don't worry" reassures, it does not warn.
         !m.as_str().to_ascii_lowercase().ends_with("worry")
     })
+}
+
+/// A command line that searches text for a pattern (grep, rg, findstr, …): what it matches is
+/// the pattern being searched for, not a command being run.
+pub fn is_search_pattern(line: &str) -> bool {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        regex(r"(?i)^\s*(?:\$\s+)?(?:sudo\s+)?(?:grep|egrep|fgrep|zgrep|rg|ag|ack|git\s+grep|findstr|select-string|sls|semgrep)\s")
+    })
+    .is_match(line)
+}
+
+/// A Markdown blockquote introduced as quoted material (the text before it ends with ':').
+pub fn is_quoted_block(view: &[Line], index: usize) -> bool {
+    if !view[index].text.trim_start().starts_with('>') {
+        return false;
+    }
+    view[..index]
+        .iter()
+        .rev()
+        .map(|l| l.text.trim())
+        .find(|t| !t.is_empty() && !t.starts_with('>'))
+        .is_some_and(|t| t.ends_with(':'))
 }
 
 /// True when `start..end` of `line` lies inside a quotation ("…", '…', `…`, “…”, «…»).

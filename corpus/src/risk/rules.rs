@@ -191,6 +191,7 @@ const PATTERNS: &[Pattern] = &[
     pa("credential-read", Medium, Command, concat!(r"(?i)", read_verb!(), r"[^\n|;&]*?", secret_path!()), routine_secret),
     // A secret file handed to another command (curl -F key=@~/.ssh/id_rsa, < ~/.aws/credentials).
     pa("credential-read", High, Command, concat!(r#"(?i)(?:@|<\s*)["']?[^\s"']*"#, secret_path!()), private_secret),
+    p("credential-read", High, Command, r"(?i)\bgpg2?\b[^\n]*--export-secret(?:-sub)?-keys\b"),
     p("credential-read", High, Command, r"(?i)\bsecurity\s+(?:find-generic-password|find-internet-password|dump-keychain)\b[^\n]*"),
     p("credential-read", High, Command, r#"(?i)\b(?:secret-tool\s+lookup|cmdkey\s+/list|vaultcmd\s+/list\w*)\b|\b(?:mimikatz|lazagne)(?:\.exe|\.py)?\s+["']?\w|\bsekurlsa::"#),
     // --- sending data away
@@ -198,6 +199,8 @@ const PATTERNS: &[Pattern] = &[
     p("exfiltration", Critical, Command, r#"(?i)\b(?:curl|wget|http|invoke-webrequest|invoke-restmethod|iwr|irm)\b[^\n]*?(?:\s-d|\s-F|\s-T|--data(?:-binary|-raw|-urlencode)?|--form|--upload-file|--post-data|--post-file|--body-file|-body)[=\s]+["']?[^\n]*?(?:\$\(\s*(?:env|printenv|set)\s*\)|\$\(\s*(?:cat|base64|tar|gc|get-content)\b[^)]*(?:\.ssh|\.aws|\.env\b|\.netrc|/etc/passwd|/etc/shadow|\.kube|\.docker|\.git-credentials|~|\$HOME)|@[~/]?[^\s"']*(?:\.ssh/|\.aws/|\.env\b|\.netrc|/etc/passwd|/etc/shadow|\.git-credentials|\.kube/config|\.docker/config)|@~|@\$HOME)"#),
     p("exfiltration", Critical, Command, r"(?i)\b(?:cat|tar|zip|base64|gzip)\b[^\n|]*(?:\.ssh|\.aws|\.env\b|\.netrc|/etc/passwd|/etc/shadow|\.git-credentials|~/?\s|\$HOME)[^\n|]*\|\s*(?:[^\n|]*\|\s*)?(?:curl|wget|nc|ncat|netcat|socat|telnet)\b"),
     p("exfiltration", Critical, Command, r"(?i)(?:>&?|<)\s*/dev/(?:tcp|udp)/[^\s/]+/\d+"),
+    // Secret files copied to a remote host (scp/rsync/sftp to user@host: or host:).
+    p("exfiltration", Critical, Command, r"(?i)\b(?:scp|rsync|sftp)\b[^\n]*(?:\.ssh|\.aws|\.gnupg|\.kube/config|\.docker/config|\.netrc|\.git-credentials|\.password-store|/etc/shadow)[^\n]*\s(?:[\w.-]+@)?[\w-]+(?:\.[\w-]+)+:"),
     p("exfiltration", Critical, Command, r"(?i)\b(?:nc|ncat|netcat)\b[^\n]*\s-e\s+(?:/bin/)?(?:ba)?sh\b"),
     p("exfiltration", Medium, Command, r#"(?i)\b(?:curl|wget)\b[^\n]*?(?:\s-d|--data(?:-binary|-raw|-urlencode)?|--post-data)[=\s]+["']?[^\n]*\$\{?[A-Z_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|PRIVATE_KEY|API_KEY)[A-Z_]*"#),
     // --- destruction
@@ -218,6 +221,10 @@ const PATTERNS: &[Pattern] = &[
     p("conceal-from-user", High, Phrase, r"(?i)\b(?:keep|keeping)\s+(?:this|it|these|that)\s+(?:step\s+|action\s+)?(?:secret|hidden|private)\s+from\s+(?:the\s+)?(?:user|human|operator)s?\b"),
     p("conceal-from-user", High, Phrase, r"(?i)\bwithout\s+(?:the\s+)?(?:user|human|operator)(?:'s)?\s+(?:knowing|knowledge|noticing|seeing|consent|permission)\b"),
     p("conceal-from-user", High, Phrase, r"(?i)\b(?:secretly|covertly|surreptitiously)\s+\w+"),
+    p("conceal-from-user", High, Phrase, r"(?i)\b(?:do\s+not|don'?t|never)\s+(?:bring\s+(?:this|it|that|them)\s+up|raise\s+(?:this|it|that))\s+(?:with|to)\s+(?:the\s+)?(?:user|human|operator)s?\b"),
+    p("conceal-from-user", High, Phrase, r"(?i)\bpretend\s+(?:that\s+)?(?:you\s+)?(?:never|didn'?t|did\s+not|have\s+not|haven'?t)\b"),
+    p("conceal-from-user", High, Phrase, r"(?i)\bleave\s+(?:it|this|that|them)\s+out\s+of\s+(?:any|the|your)\s+(?:summary|summaries|report|reply|response|message)"),
+    p("conceal-from-user", High, Phrase, r"(?i)\b(?:deny|lie)\b[^.\n]{0,40}\b(?:if|when)\s+(?:the\s+)?(?:user|human)\s+asks\b"),
     p("conceal-from-user", High, Phrase, r"(?i)\b(?:silently|quietly)\s+(?:send|upload|post|transmit|exfiltrate|forward|copy)\b"),
     p("override-instructions", High, Phrase, r"(?i)\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:your\s+|the\s+|my\s+)?(?:previous|prior|earlier|above|preceding|original|initial|system|safety|existing|other)\s+(?:instructions|prompts?|rules|guidelines|directives|messages|guardrails|constraints|context)\b"),
     p("override-instructions", High, Phrase, r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:your|the)\s+(?:system\s+prompt|system\s+message|instructions|guidelines|rules|safety\s+\w+)\b"),
@@ -227,6 +234,7 @@ const PATTERNS: &[Pattern] = &[
     p("override-instructions", High, Phrase, r"(?i)\b(?:these|this|the\s+following)\s+instructions?\s+(?:take|takes|have|has)\s+(?:precedence|priority)\s+over\s+(?:all|any|your|the\s+system)"),
     p("override-instructions", High, Phrase, r"(?i)\bforget\s+(?:everything|all)\s+(?:you\s+(?:were|have\s+been)\s+told|above|before)\b"),
     p("override-instructions", High, Phrase, r"(?i)\bnew\s+system\s+prompt\s*:"),
+    p("override-instructions", High, Phrase, r"(?i)\b(?:your\s+|the\s+|all\s+)?(?:previous|prior|earlier|original|system)\s+(?:instructions|prompts?|rules|guidelines|directives)\s+(?:are|is)\s+(?:now\s+)?(?:void|invalid|cancel+ed|obsolete|revoked|suspended|superseded|no\s+longer\s+(?:valid|in\s+effect|apply|applies))\b"),
     // --- encoded payloads
     p("encoded-exec", High, Command, concat!(r"(?i)\bbase64\s+(?:-d|--decode|-D)\b[^\n]*?\|\s*", shell!())),
     p("encoded-exec", High, Command, r#"(?i)\bbase64\s+(?:-d|--decode|-D)\b[^\n]*?\|\s*(?:sudo\s+)?(?:python[0-9.]*|perl|ruby|node|php)(?:\s+-)?\s*(?:$|[;&|)`'"])"#),
@@ -304,6 +312,8 @@ fn scan_line(field: Field, view: &[Line], paragraphs: &[Line], index: usize, phr
             let m = caps.get(0).expect("whole match");
             let mitigation = match pattern.context {
                 Always => None,
+                _ if context::is_search_pattern(&line.text) => Some(Mitigation::Quoted),
+                Phrase if context::is_quoted_block(view, index) => Some(Mitigation::Quoted),
                 Command | Phrase if context::is_warned_at(view, paragraphs, index, m.start(), m.end()) => {
                     Some(Mitigation::Warning)
                 }

@@ -26,14 +26,14 @@ fn patterns() -> &'static Patterns {
         // curl -o FILE / --output FILE, wget -O FILE / plain wget URL, PowerShell -OutFile or
         // DownloadFile(url, FILE), Python urlretrieve(url, FILE).
         download: context::regex(
-            r#"(?i)(?:\bcurl\b[^\n]*?(?:\s-[a-zA-Z]*o\s*|--output[=\s]+)["']?(?P<c>[^\s"';|&]+)|\bwget\b[^\n]*?(?:\s-O\s*|--output-document[=\s]+)["']?(?P<w>[^\s"';|&]+)|\b(?:invoke-webrequest|iwr)\b[^\n]*?-outfile\s+["']?(?P<p>[^\s"';|&]+)|downloadfile\(\s*["'][^"']+["']\s*,\s*["'](?P<d>[^"']+)["']|urlretrieve\(\s*["'][^"']+["']\s*,\s*["'](?P<u>[^"']+)["'])"#,
+            r#"(?i)(?:\baria2c\b[^\n]*?\s-o\s*["']?(?P<a>[^\s"';|&]+)|\bcurl\b[^\n]*?(?:\s-[a-zA-Z]*o\s*|--output[=\s]+)["']?(?P<c>[^\s"';|&]+)|\bwget\b[^\n]*?(?:\s-O\s*|--output-document[=\s]+)["']?(?P<w>[^\s"';|&]+)|\b(?:invoke-webrequest|iwr)\b[^\n]*?-outfile\s+["']?(?P<p>[^\s"';|&]+)|downloadfile\(\s*["'][^"']+["']\s*,\s*["']?(?P<d>[^"')\s,]+)|urlretrieve\(\s*["'][^"']+["']\s*,\s*["'](?P<u>[^"']+)["'])"#,
         ),
         url_file: context::regex(r#"(?i)\bwget\s+(?:-[\w-]+\s+)*["']?https?://[^\s"']*/(?P<f>[^/\s"'?#]+)"#),
         verify: context::regex(
             r"(?i)\b(?:sha(?:1|256|512)sum\s+(?:-c|--check)|shasum\s+(?:-a\s+\d+\s+)?(?:-c|--check)|gpg\s+--verify|cosign\s+verify|minisign\s+-V|get-filehash|gh\s+attestation\s+verify|slsa-verifier)",
         ),
         drop: context::regex(
-            r#"(?i)\bdrop\s+(?:database|schema)\s+(?:if\s+exists\s+)?(?P<n>["`\w.$-]+)|\bdropdb\b(?:\s+-[\w-]+(?:\s+\S+)?)*\s+(?P<d>[\w.$-]+)|\bdb\.dropDatabase\(\)|\b(?:redis-cli\s+)?flushall\b"#,
+            r#"(?i)\bdrop\s+(?:database|schema)\s+(?:if\s+exists\s+)?(?P<n>["`\w.$-]+)|\bdropdb\b[^\n;&|]*?\s["']?(?P<d>[\w.${}][\w.${}-]*)["']?\s*(?:$|[;&|'"`)])|\bdb\.dropDatabase\(\)|\b(?:redis-cli\s+)?flushall\b"#,
         ),
         disposable: context::regex(r"(?i)(?:test|tmp|temp|scratch|throwaway|sandbox|example|demo|fixture|ci_|_ci\b|dev_|_dev\b)"),
         confirm: context::regex(
@@ -58,7 +58,7 @@ fn runs(line: &str, name: &str) -> bool {
     let (run, inspects) = RUN.get_or_init(|| {
         (
             context::regex(
-                r#"(?i)\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rw]*x|[0-7]*[1357][0-7]{0,2})\s+["']?(?P<t1>[^\s"';&|]+)|(?:^|[;&|(`]|\$\s)\s*(?:sudo\s+)?(?P<t2>(?:\./|\.\\|/[\w./-]*/|~/[\w./-]*|\$\{?\w+\}?[/\\][\w./\\-]*)[\w.*-]+)(?:\s|$|[;&|)`])|\b(?:sudo\s+)?(?:ba|z|k|da)?sh\s+(?:-\S+\s+)*["']?(?P<t3>[^\s"';&|]+)|\b(?:python[0-9.]*|perl|ruby|node|powershell|pwsh)\s+(?:-\S+\s+)*["']?(?P<t4>[^\s"';&|]+)|\bstart-process\s+(?:-\w+\s+)*["']?(?P<t5>[^\s"';&|]+)|&\s*["']?(?P<t6>[^\s"';&|]+)|\b(?:msiexec\s+/i|dpkg\s+-i|rpm\s+-i\w*|installer\s+-pkg)\s+["']?(?P<t7>[^\s"';&|]+)|(?:\bsource|^\s*\.)\s+["']?(?P<t8>[^\s"';&|]+)"#,
+                r#"(?i)\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rw]*x|[0-7]*[1357][0-7]{0,2})\s+["'`]?(?P<t1>[^\s"'`;&|]+)|(?:^|[;&|(`]|\$\s)\s*(?:sudo\s+)?(?P<t2>(?:\./|\.\\|/[\w./-]*/|~/[\w./-]*|\$\{?\w+\}?[/\\][\w./\\-]*)[\w.*-]+)(?:\s|$|[;&|)`])|\b(?:sudo\s+)?(?:ba|z|k|da)?sh\s+(?:-\S+\s+)*["'`]?(?P<t3>[^\s"'`;&|]+)|\b(?:python[0-9.]*|perl|ruby|node|powershell|pwsh)\s+(?:-\S+\s+)*["'`]?(?P<t4>[^\s"'`;&|]+)|\bstart-process\s+(?:-\w+\s+)*["'`]?(?P<t5>[^\s"'`;&|]+)|&\s*["'`]?(?P<t6>[^\s"'`;&|]+)|\b(?:msiexec\s+/i|dpkg\s+-i|rpm\s+-i\w*|installer\s+-pkg)\s+["'`]?(?P<t7>[^\s"'`;&|]+)|(?:\bsource|^\s*\.)\s+["'`]?(?P<t8>[^\s"'`;&|]+)"#,
             ),
             context::regex(
                 r"(?i)^\s*(?:\$\s*)?(?:curl|wget|invoke-webrequest|iwr|cat|less|more|head|tail|ls|file|sha\d+sum|shasum|gpg|cosign|get-filehash|diff|vim|nano|code|mv|cp|rm|tar\s+-t\w*)\b",
@@ -70,7 +70,7 @@ fn runs(line: &str, name: &str) -> bool {
     }
     run.captures_iter(line).any(|c| {
         (1..=8).filter_map(|i| c.name(&format!("t{i}"))).any(|t| {
-            let t = t.as_str().trim_end_matches(['"', '\'', ')', ',']);
+            let t = t.as_str().trim_end_matches(['"', '\'', ')', ',', '`', '.']);
             t.ends_with(name) || basename(t) == name
         })
     })
@@ -87,7 +87,7 @@ fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &m
         let downloaded = p
             .download
             .captures(&line.text)
-            .and_then(|c| ["c", "w", "p", "d", "u"].iter().find_map(|n| c.name(n)))
+            .and_then(|c| ["a", "c", "w", "p", "d", "u"].iter().find_map(|n| c.name(n)))
             .map(|m| (m.start(), basename(m.as_str()).to_string()))
             .or_else(|| {
                 p.url_file
@@ -107,7 +107,14 @@ fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &m
             .filter(|rest| runs(rest, &name))
             .map(|_| i)
             .or_else(|| {
-                (i + 1..lines.len().min(i + 1 + WINDOW)).find(|&j| runs(&lines[j].text, &name))
+                // The next WINDOW lines with text (blank lines and code fences do not count).
+                (i + 1..lines.len())
+                    .filter(|&j| {
+                        let t = lines[j].text.trim();
+                        !t.is_empty() && !t.starts_with("```") && !t.starts_with("~~~")
+                    })
+                    .take(WINDOW)
+                    .find(|&j| runs(&lines[j].text, &name))
             });
         let Some(j) = ran_at else { continue };
         let verified = lines[i..=j].iter().any(|l| p.verify.is_match(&l.text));
