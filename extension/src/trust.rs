@@ -2,6 +2,8 @@
 //! families, and the serving policy every search applies (`pg_skills.max_risk`,
 //! `pg_skills.allowed_licenses`, retired skills).
 
+use std::collections::HashMap;
+
 use pgrx::prelude::*;
 
 use pg_skills_corpus::license::{family, Family};
@@ -128,39 +130,60 @@ fn last_withheld() -> Option<String> {
     LAST_WITHHELD.with(|w| w.borrow().clone())
 }
 
+/// Each skill of `ids` with its token count and the policy's verdict on it (one round trip): the
+/// one reader of what the policy judges, for searches and for `skills.withheld_reason`.
+pub fn serving_facts(ids: &[i64], policy: &Policy) -> HashMap<i64, (i32, Option<Withheld>)> {
+    crate::spi::read(|client| {
+        let mut out = HashMap::new();
+        for row in client.select(
+            "SELECT id, token_count, risk::text, retired_at IS NOT NULL, \
+                    ARRAY(SELECT p ->> 'license' FROM jsonb_array_elements(provenance) AS p) \
+             FROM skills.skill WHERE id = ANY ($1)",
+            None,
+            &[ids.to_vec().into()],
+        )? {
+            let id = row.get::<i64>(1)?.expect("NOT NULL");
+            let tokens = row.get::<i32>(2)?.unwrap_or(0);
+            let risk: String = row.get(3)?.unwrap_or_default();
+            let retired = row.get::<bool>(4)?.unwrap_or(false);
+            let licenses: Vec<Option<String>> = row.get(5)?.unwrap_or_default();
+            out.insert(id, (tokens, policy.withheld(&risk, retired, &licenses)));
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
+}
+
 /// Why the serving policy withholds skill `skill_id` now ("risk high above pg_skills.max_risk =
 /// medium (pipe-to-shell)", "retired", "licence ..."); NULL when it is served (or absent).
 #[pg_extern(stable, parallel_safe)]
 fn withheld_reason(skill_id: i64) -> Option<String> {
     let policy = Policy::current();
-    let row = crate::spi::read(|client| {
-        let rows = client.select(
-            "SELECT risk::text, retired_at IS NOT NULL, \
-                    ARRAY(SELECT p ->> 'license' FROM jsonb_array_elements(provenance) AS p), \
-                    ARRAY(SELECT DISTINCT f ->> 'rule' FROM jsonb_array_elements(risk_findings) AS f \
-                          WHERE f ->> 'severity' NOT IN ('none', 'low') ORDER BY 1) \
-             FROM skills.skill WHERE id = $1",
-            None,
-            &[skill_id.into()],
-        )?;
-        let mut out = None;
-        for r in rows {
-            out = Some((
-                r.get::<String>(1)?.unwrap_or_default(),
-                r.get::<bool>(2)?.unwrap_or(false),
-                r.get::<Vec<Option<String>>>(3)?.unwrap_or_default(),
-                r.get::<Vec<String>>(4)?.unwrap_or_default(),
-            ));
+    let withheld = serving_facts(&[skill_id], &policy).remove(&skill_id)?.1?;
+    Some(match withheld {
+        Withheld::Risk => {
+            // Only a withheld skill's message needs its level and rules.
+            let (risk, rules) = crate::spi::read(|client| {
+                let row = client
+                    .select(
+                        "SELECT risk::text, ARRAY(SELECT DISTINCT f ->> 'rule' \
+                                FROM jsonb_array_elements(risk_findings) AS f \
+                                WHERE f ->> 'severity' NOT IN ('none', 'low') ORDER BY 1) \
+                         FROM skills.skill WHERE id = $1",
+                        None,
+                        &[skill_id.into()],
+                    )?
+                    .first();
+                Ok::<_, pgrx::spi::Error>((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<Vec<String>>(2)?.unwrap_or_default(),
+                ))
+            });
+            format!(
+                "risk {risk} is above pg_skills.max_risk = {} ({})",
+                policy.max_risk.as_str(),
+                rules.join(", ")
+            )
         }
-        Ok::<_, pgrx::spi::Error>(out)
-    })?;
-    let (risk, retired, licenses, rules) = row;
-    policy.withheld(&risk, retired, &licenses).map(|w| match w {
-        Withheld::Risk => format!(
-            "risk {risk} is above pg_skills.max_risk = {} ({})",
-            policy.max_risk.as_str(),
-            rules.join(", ")
-        ),
         Withheld::Retired => "retired: its files left every source it was loaded from".into(),
         Withheld::License => "its licence is outside pg_skills.allowed_licenses".into(),
     })

@@ -31,7 +31,7 @@ use pgrx::prelude::*;
 use pg_skills_kernels::serving::{serve, Limits};
 
 use rank::{rank, Ranked};
-use crate::trust::{notice_withheld, Policy, Withheld};
+use crate::trust::{notice_withheld, serving_facts, Policy, Withheld};
 pub use request::{limits, Request};
 
 /// What serving needs of each ranked skill: its token count and whether the policy withholds it
@@ -42,29 +42,17 @@ struct Facts {
 }
 
 fn facts(ids: &[i64], policy: &Policy) -> Facts {
-    crate::spi::read(|client| {
-        let mut f = Facts {
-            tokens: HashMap::new(),
-            withheld: HashMap::new(),
-        };
-        for row in client.select(
-            "SELECT id, token_count, risk::text, retired_at IS NOT NULL, \
-                    ARRAY(SELECT p ->> 'license' FROM jsonb_array_elements(provenance) AS p) \
-             FROM skills.skill WHERE id = ANY ($1)",
-            None,
-            &[ids.to_vec().into()],
-        )? {
-            let id = row.get::<i64>(1)?.expect("NOT NULL");
-            f.tokens.insert(id, row.get::<i32>(2)?.unwrap_or(0));
-            let risk: String = row.get(3)?.unwrap_or_default();
-            let retired = row.get::<bool>(4)?.unwrap_or(false);
-            let licenses: Vec<Option<String>> = row.get(5)?.unwrap_or_default();
-            if let Some(w) = policy.withheld(&risk, retired, &licenses) {
-                f.withheld.insert(id, w);
-            }
+    let mut f = Facts {
+        tokens: HashMap::new(),
+        withheld: HashMap::new(),
+    };
+    for (id, (tokens, withheld)) in serving_facts(ids, policy) {
+        f.tokens.insert(id, tokens);
+        if let Some(w) = withheld {
+            f.withheld.insert(id, w);
         }
-        Ok::<_, pgrx::spi::Error>(f)
-    })
+    }
+    f
 }
 
 /// The served rows of `req` under `limits`, with each row's token count; `cost` gives the tokens
