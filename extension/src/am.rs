@@ -65,11 +65,46 @@ pub unsafe fn require_mvcc(scan: pg_sys::IndexScanDesc, am: &str) {
 
 /// Hands the executor the next heap TID (no recheck: the index computed the exact value).
 ///
+/// A TID from a damaged page can name a heap block past the table's end (or offset 0), which
+/// the executor's heap fetch would report as an internal error about a missing file segment;
+/// it is index damage, so it is reported as such (XX002, with the REINDEX hint). Both access
+/// methods hand out TIDs only here. The table's size is asked for only past the largest block
+/// seen in this backend for that table (a stale, larger count after a truncation only skips the
+/// check; it never refuses a TID the table has).
+///
 /// SAFETY: `scan` is a live scan descriptor.
 pub unsafe fn return_tid(scan: pg_sys::IndexScanDesc, block: u32, offset: u16) {
+    let heap = (*scan).heapRelation;
+    if !heap.is_null() && (offset == 0 || !heap_has_block(heap, block)) {
+        crate::storage::index_corrupted(
+            (*scan).indexRelation,
+            &pg_skills_kernels::page::Corrupt::new(format!(
+                "an entry points at heap block {block}, offset {offset}, which table \"{}\" does not have",
+                relation_name(heap)
+            )),
+        );
+    }
     pgrx::itemptr::item_pointer_set_all(&mut (*scan).xs_heaptid, block, offset);
     (*scan).xs_recheck = false;
     (*scan).xs_recheckorderby = false;
+}
+
+thread_local! {
+    /// (table OID, its block count when last asked): spares a size lookup per returned row.
+    static HEAP_BLOCKS: std::cell::Cell<(pg_sys::Oid, u32)> =
+        const { std::cell::Cell::new((pg_sys::InvalidOid, 0)) };
+}
+
+/// SAFETY: `heap` is an open relation.
+unsafe fn heap_has_block(heap: pg_sys::Relation, block: u32) -> bool {
+    let oid = (*heap).rd_id;
+    let (known_oid, known) = HEAP_BLOCKS.get();
+    if known_oid == oid && block < known {
+        return true;
+    }
+    let nblocks = pg_sys::RelationGetNumberOfBlocksInFork(heap, pg_sys::ForkNumber::MAIN_FORKNUM);
+    HEAP_BLOCKS.set((oid, nblocks));
+    block < nblocks
 }
 
 /// VACUUM's statistics struct: the one passed in, or a new one.

@@ -861,7 +861,22 @@ fn corrupted_index_pages_give_errors() {
         return;
     }
     let seed = pg_skills_server_tests::seed("corrupted_index_pages_give_errors");
-    let cluster = Cluster::start_with("sec-corrupt", 54397, "");
+    corrupt_and_query(seed, "sec-corrupt", 54397);
+}
+
+/// A seed the random test once found: a flipped posting handed the executor a TID past the
+/// table's end, which the heap fetch reported as XX000 "could not open file ..." before the
+/// scans checked TIDs (am::return_tid).
+#[test]
+fn corrupted_heap_pointers_give_index_errors() {
+    if skip() {
+        return;
+    }
+    corrupt_and_query(115_987_611, "sec-corrupt-tid", 54398);
+}
+
+fn corrupt_and_query(seed: u64, name: &str, port: u16) {
+    let cluster = Cluster::start_with(name, port, "");
     let mut root = Session::connect(&cluster, "postgres", "postgres");
     root.exec("CREATE EXTENSION pg_skills");
     const COPIES: usize = 8;
