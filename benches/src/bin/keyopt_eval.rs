@@ -31,6 +31,7 @@ use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::keyopt::fit::{fit, FitOptions, Fitted, SupportEvent};
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
+use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
 use pg_skills_kernels::keyopt::simulate::{spearman, World};
 use pg_skills_kernels::keyopt::{Arm, Round, Settings};
 use pg_skills_kernels::rng::SplitMix64;
@@ -48,6 +49,33 @@ struct Args {
     /// Skip the SkillsBench part (it embeds about 1,100 distractor documents on its first run).
     #[arg(long)]
     no_skillsbench: bool,
+    /// The demo corpus (the feedback-loop scenario of examples/demo.sql).
+    #[arg(long, default_value = "corpus/demo")]
+    demo: PathBuf,
+    /// Only the planted truth and the demo scenario.
+    #[arg(long)]
+    demo_only: bool,
+    /// Fit options other than the defaults, to compare.
+    #[arg(long)]
+    lambda_beta: Option<f64>,
+    #[arg(long)]
+    min_gain_se: Option<f64>,
+    /// true/false: bound the β of one-sided skills by the deficits (leads) seen in support.
+    #[arg(long)]
+    cap_beta: Option<bool>,
+    /// The event sharpness grid, e.g. 5,10,20.
+    #[arg(long, value_delimiter = ',')]
+    kappas: Option<Vec<f32>>,
+    /// Skip the planted-truth simulation.
+    #[arg(long)]
+    no_planted: bool,
+}
+
+static FIT_OPTIONS: std::sync::OnceLock<FitOptions> = std::sync::OnceLock::new();
+
+/// The fit options of this run: the defaults with the command line's overrides.
+fn fit_options() -> FitOptions {
+    FIT_OPTIONS.get().cloned().unwrap_or_default()
 }
 
 /// Document indices by descending key score, the first `n`.
@@ -171,7 +199,7 @@ fn describe_fit(label: &str, fitted: &Fitted, seconds: f64) -> String {
     let r = &fitted.report;
     let best = r.cv.iter().map(|c| c.accuracy).fold(0.0f64, f64::max);
     format!(
-        "{label}: {} events, {} arms, {} discordant and {} tied tasks, {:.0} weighted pairs; CV pair accuracy r alone {:.3}, best setting {:.3}; chosen {}{:?}; ρ {:.2}; fit {seconds:.1} s\n",
+        "{label}: {} events, {} arms, {} discordant and {} tied tasks, {:.0} weighted pairs; CV pair accuracy r alone {:.3}, best setting {:.3} (gain {:.3} ± {:.3} SE); chosen {}{:?}; ρ {:.2}; fit {seconds:.1} s\n",
         r.events,
         r.arms,
         r.discordant_groups,
@@ -179,6 +207,8 @@ fn describe_fit(label: &str, fitted: &Fitted, seconds: f64) -> String {
         r.pairs,
         r.relevance_only_accuracy,
         best,
+        r.best_gain,
+        r.best_gain_se,
         if r.corrections { "" } else { "no correction (r alone wins CV) " },
         fitted.settings,
         fitted.rho,
@@ -245,7 +275,7 @@ fn planted_truth() -> String {
     let world = World::new(42, 200, 20, compressor::KEY_DIMS);
     let support = world.support(7, 20_000, 4, 10);
     let t = Instant::now();
-    let fitted = fit(&world.skill_keys, &support, &FitOptions::default());
+    let fitted = fit(&world.skill_keys, &support, &fit_options());
     let seconds = t.elapsed().as_secs_f64();
     out += &describe_fit("support", &fitted, seconds);
     let round = Round::new(&world.skill_keys, &fitted);
@@ -317,7 +347,7 @@ fn planted_truth() -> String {
             ..e.clone()
         })
         .collect();
-    let neutral = fit(&world.skill_keys, &tied, &FitOptions::default());
+    let neutral = fit(&world.skill_keys, &tied, &fit_options());
     out += &format!(
         "| all-tied control: every β and Δk exactly 0, ρ = 1, settings none | {} |\n",
         neutral.is_neutral() && neutral.rho == 1.0 && neutral.settings == Settings::NONE
@@ -344,10 +374,163 @@ fn raw_keys(encoder: &Encoder, data: &Dataset) -> (Vec<Vec<f32>>, Vec<Vec<f32>>)
     (doc_keys, query_keys)
 }
 
+/// The demo's feedback loop (`keyopt::scenarios`): 8 runs on one kind of task, then questions
+/// of that kind and of others.
+fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
+    let docs: Vec<(String, String, String)> = pg_skills_corpus::readers::skill_files(demo)
+        .expect("corpus/demo")
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).ok()?;
+            let s = pg_skills_corpus::skill::parse_skill_md(&text, None).ok()?;
+            Some((s.name, s.description, s.instructions))
+        })
+        .collect();
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| document_text(&d.0, &d.1, &d.2))
+        .collect();
+    let keys: Vec<Vec<f32>> = cached_embeddings(encoder, &texts)
+        .iter()
+        .map(|e| compressor::skill_key(None, e))
+        .collect();
+    let index = |name: &str| {
+        docs.iter()
+            .position(|d| d.0 == name)
+            .unwrap_or_else(|| panic!("{name} not in corpus/demo"))
+    };
+    let bisect = index(DEMO_WINNER);
+    let query_key = |text: &str| compressor::query_key(&encoder.embed(&[text]).expect("encode")[0]);
+    let events: Vec<SupportEvent> = DEMO_SUPPORT
+        .iter()
+        .map(|t| {
+            let key = query_key(t);
+            let mut served: Vec<usize> = semantic_top(&key, &keys, 4)
+                .into_iter()
+                .map(|(d, _)| d)
+                .collect();
+            if !served.contains(&bisect) {
+                served.push(bisect);
+            }
+            SupportEvent {
+                pairing: hash(0, t),
+                group: hash(0, t),
+                arms: served
+                    .iter()
+                    .map(|&d| Arm {
+                        skill: d as i64,
+                        passed: d == bisect,
+                    })
+                    .collect(),
+                key,
+                relevance: None,
+            }
+        })
+        .collect();
+    let t = Instant::now();
+    let fitted = fit(&keys, &events, &fit_options());
+    let seconds = t.elapsed().as_secs_f64();
+    let round = Round::new(&keys, &fitted);
+    let memory = memory_of(&events);
+    let mut out = format!(
+        "\n### Demo feedback loop: {} skills (corpus/demo), 8 runs where git-bisect-regression passed\n\n",
+        docs.len()
+    );
+    out += &describe_fit("fit", &fitted, seconds);
+    out += &format!(
+        "β of git-bisect-regression {:.3}; largest |β| of the others {:.3}\n\n",
+        fitted.beta[bisect],
+        fitted
+            .beta
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != bisect)
+            .map(|(_, b)| b.abs())
+            .fold(0.0f32, f32::max)
+    );
+    let sims: Vec<f32> = (0..events.len())
+        .flat_map(|i| (i + 1..events.len()).map(move |j| (i, j)))
+        .map(|(i, j)| dot(&events[i].key, &events[j].key))
+        .collect();
+    let deficit = |key: &[f32], winner: usize, rivals: &[usize]| -> f32 {
+        rivals
+            .iter()
+            .map(|&d| dot(key, &keys[d]) - dot(key, &keys[winner]))
+            .fold(f32::NEG_INFINITY, f32::max)
+    };
+    out += &format!(
+        "r deficit of git-bisect-regression to the best other served skill, per support task: {:?}\n",
+        events.iter().map(|e| {
+            let rivals: Vec<usize> = e.arms.iter().map(|a| a.skill as usize).filter(|&d| d != bisect).collect();
+            (deficit(&e.key, bisect, &rivals) * 100.0).round() / 100.0
+        }).collect::<Vec<_>>()
+    );
+    out += &format!(
+        "r deficit of git-bisect-regression to the expected skill or the semantic first, per question: {:?}\n",
+        DEMO_QUESTIONS.iter().map(|(q, e)| {
+            let key = query_key(q);
+            let rival = if *e == DEMO_WINNER { semantic_top(&key, &keys, 1)[0].0 } else { index(e) };
+            (deficit(&key, bisect, &[rival]) * 100.0).round() / 100.0
+        }).collect::<Vec<_>>()
+    );
+    out += &format!(
+        "similarity between support tasks: min {:.2}, mean {:.2}, max {:.2}\n\n",
+        sims.iter().copied().fold(f32::INFINITY, f32::min),
+        sims.iter().sum::<f32>() / sims.len() as f32,
+        sims.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    );
+    out += "| question (not in the support) | nearest support task | expected first | semantic first | KeyOpt first | KeyOpt parts of the first (ρr, β, Δk, event) |\n|---|---|---|---|---|---|\n";
+    let mut right = (0, 0);
+    for (question, expected) in DEMO_QUESTIONS {
+        let key = query_key(question);
+        let semantic = docs[semantic_top(&key, &keys, 1)[0].0].0.clone();
+        let ranking = keyopt_ranking(&round, &memory, &key, &keys, true);
+        let first = ranking[0];
+        let q = round.query(&key);
+        let mut parts = round.read(first, &q);
+        let neighbours = memory.neighbours(&key, memory::NEIGHBOURS);
+        parts.event_term = round.settings.alpha
+            * memory::event_reading(&neighbours, first as i64, round.settings.kappa);
+        right.0 += (semantic == expected) as usize;
+        right.1 += (docs[first].0 == expected) as usize;
+        let nearest = events
+            .iter()
+            .map(|e| dot(&e.key, &key))
+            .fold(f32::NEG_INFINITY, f32::max);
+        out += &format!(
+            "| {question} | {nearest:.2} | {expected} | {semantic} | {} | {:.2}, {:.2}, {:.2}, {:.2} |\n",
+            docs[first].0, parts.relevance, parts.beta, parts.dk_term, parts.event_term
+        );
+    }
+    out += &format!(
+        "\nfirst as expected: semantic {}/{n}, KeyOpt {}/{n}\n",
+        right.0,
+        right.1,
+        n = DEMO_QUESTIONS.len()
+    );
+    out
+}
+
 fn main() {
     let args = Args::parse();
+    let mut options = FitOptions::default();
+    options.lambda_beta = args.lambda_beta.unwrap_or(options.lambda_beta);
+    options.min_gain_se = args.min_gain_se.unwrap_or(options.min_gain_se);
+    if let Some(k) = &args.kappas {
+        options.grid.kappas = k.clone();
+    }
+    options.cap_one_sided_beta = args.cap_beta.unwrap_or(options.cap_one_sided_beta);
+    eprintln!(
+        "fit options: λ_β {}, min gain {} SE, one-sided β capped {}",
+        options.lambda_beta, options.min_gain_se, options.cap_one_sided_beta
+    );
+    FIT_OPTIONS.set(options).expect("set once");
     let started = Instant::now();
-    let mut out = planted_truth();
+    let mut out = if args.no_planted {
+        String::new()
+    } else {
+        planted_truth()
+    };
     eprintln!(
         "planted truth done ({:.0} s)",
         started.elapsed().as_secs_f64()
@@ -355,6 +538,15 @@ fn main() {
 
     let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e} (run ./x model)"));
     pg_skills_kernels::encoder::keep_freed_memory();
+    out += &demo_scenario(&encoder, &args.demo);
+    eprintln!(
+        "demo scenario done ({:.0} s)",
+        started.elapsed().as_secs_f64()
+    );
+    if args.demo_only {
+        println!("{out}");
+        return;
+    }
     let bench = args.shared.join("bench-data");
 
     // MetaTool.
@@ -369,7 +561,7 @@ fn main() {
         .collect();
     let events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
     let t = Instant::now();
-    let fitted = fit(&doc_keys, &events, &FitOptions::default());
+    let fitted = fit(&doc_keys, &events, &fit_options());
     let seconds = t.elapsed().as_secs_f64();
     let round = Round::new(&doc_keys, &fitted);
     let memory = memory_of(&events);
@@ -420,7 +612,7 @@ fn main() {
                 args.seed,
             );
             let t = Instant::now();
-            let fitted = fit(&doc_keys, &events, &FitOptions::default());
+            let fitted = fit(&doc_keys, &events, &fit_options());
             out += &describe_fit(
                 &format!("fold {f}'s round"),
                 &fitted,

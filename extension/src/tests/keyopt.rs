@@ -126,6 +126,63 @@ mod tests {
         );
     }
 
+    /// The demo's feedback loop (kernels' `keyopt::scenarios`, examples/demo.sql): after 8 runs
+    /// where git-bisect-regression solved "which change broke the build" tasks, questions of that
+    /// kind rank it first, and the flaky-test questions (one of them close to a run where
+    /// flaky-test-triage failed) still rank flaky-test-triage first. Before calibrated
+    /// corrections, β ≈ 1.76 put git-bisect-regression first for every flaky-test question.
+    /// Ignored until it passes: with β bounded by the deficits it overcame (≈ 0.2) the event
+    /// term that cross-validation now adds still lifts git-bisect-regression over
+    /// flaky-test-triage on the flaky-test questions (benches/RESULTS.md, "Demo feedback loop").
+    #[pg_test]
+    #[ignore = "the event term still overrules relevance on the flaky-test questions"]
+    fn a_few_runs_on_one_kind_of_task_do_not_overrule_relevance_elsewhere() {
+        use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
+        if !have_model() {
+            return;
+        }
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus/demo");
+        for file in pg_skills_corpus::readers::skill_files(&demo).expect("corpus/demo") {
+            let text = std::fs::read_to_string(&file).expect("SKILL.md");
+            let skill = pg_skills_corpus::skill::parse_skill_md(&text, None).expect("demo skill");
+            insert(&skill.name, &skill.description, &skill.instructions);
+        }
+        exec("SELECT skills.embed_pending()");
+        for task in DEMO_SUPPORT {
+            exec(&format!(
+                "SELECT skills.record_run({t}, (\
+                   SELECT jsonb_agg(jsonb_build_object('skill_id', u.id, 'passed', s.name = {w})) \
+                   FROM (SELECT r.id FROM skills.search({t}, k => 4, method => 'semantic') AS r \
+                         UNION SELECT id FROM skills.skill WHERE name = {w}) AS u \
+                   JOIN skills.skill AS s ON s.id = u.id), \
+                 executor => 'demo-agent', source_group => {t})",
+                t = quote(task),
+                w = quote(DEMO_WINNER)
+            ));
+        }
+        exec("SELECT skills.fit()");
+        let corrections: bool =
+            one("SELECT (report ->> 'corrections')::boolean FROM skills.keyopt_round WHERE active");
+        assert!(
+            corrections,
+            "the 8 consistent runs should give a round with corrections"
+        );
+        let first = |q: &str| -> String {
+            one(&format!(
+                "SELECT name FROM skills.search({}, k => 3, method => 'keyopt') LIMIT 1",
+                quote(q)
+            ))
+        };
+        let wrong: Vec<String> = DEMO_QUESTIONS
+            .iter()
+            .filter_map(|(q, expected)| {
+                let got = first(q);
+                (got != *expected).then(|| format!("{q:?}: {got}, expected {expected}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
     #[pg_test]
     fn a_token_budget_or_no_k_does_not_widen_the_keyopt_pool() {
         if !have_model() {
@@ -146,8 +203,8 @@ mod tests {
         let bisect = ids[4];
         let q = "'configure readiness probes for my kubernetes deployment'";
         assert!(
-            one::<f64>(&format!("SELECT (skills.keyopt_score({q}, {bisect})).beta")) > 0.5,
-            "git-bisect has a large β after its runs"
+            one::<f64>(&format!("SELECT (skills.keyopt_score({q}, {bisect})).beta")) > 0.0,
+            "git-bisect has a positive β after its runs (bounded by the deficits it overcame)"
         );
         let top10 = ids_of(&search(&format!("{q}, k => 10, method => 'keyopt'")));
         assert!(!top10.contains(&bisect), "{top10:?}");

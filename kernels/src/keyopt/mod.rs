@@ -22,6 +22,7 @@ pub mod cuda;
 pub mod fit;
 pub mod lbfgs;
 pub mod memory;
+pub mod scenarios;
 pub mod simulate;
 
 use crate::vector::dot;

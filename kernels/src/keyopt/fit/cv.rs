@@ -43,6 +43,8 @@ pub(super) fn cross_validate(
     kappas.sort_by(f32::total_cmp);
     kappas.dedup();
     let mut sums = vec![0.0f64; grid.len()];
+    // Per setting, Σ and Σ² of its per-group gain over r alone (for the gain's standard error).
+    let mut gains = vec![(0.0f64, 0.0f64); grid.len()];
     let mut relevance_sum = 0.0;
     let mut held_out = 0usize;
     for fold in 0..folds {
@@ -97,7 +99,8 @@ pub(super) fn cross_validate(
                         .collect()
                 })
                 .collect();
-            relevance_sum += pair_accuracy(group, &group.relevance);
+            let relevance_accuracy = pair_accuracy(group, &group.relevance);
+            relevance_sum += relevance_accuracy;
             held_out += 1;
             let mut scores = vec![0.0f32; group.skills.len()];
             for (i, setting) in grid.iter().enumerate() {
@@ -115,16 +118,32 @@ pub(super) fn cross_validate(
                         + dk_term
                         + setting.alpha * readings[k][j];
                 }
-                sums[i] += pair_accuracy(group, &scores);
+                let accuracy = pair_accuracy(group, &scores);
+                sums[i] += accuracy;
+                let gain = accuracy - relevance_accuracy;
+                gains[i].0 += gain;
+                gains[i].1 += gain * gain;
             }
         }
     }
+    let n = held_out.max(1) as f64;
     let cv = grid
         .iter()
         .zip(&sums)
-        .map(|(&settings, &s)| CvResult {
-            settings,
-            accuracy: s / held_out.max(1) as f64,
+        .zip(&gains)
+        .map(|((&settings, &s), &(g, g2))| {
+            let mean = g / n;
+            // Standard error of the mean gain; with fewer than two held-out groups it is unknown.
+            let gain_se = if held_out >= 2 {
+                ((g2 / n - mean * mean).max(0.0) * n / (n - 1.0)).sqrt() / n.sqrt()
+            } else {
+                f64::INFINITY
+            };
+            CvResult {
+                settings,
+                accuracy: s / n,
+                gain_se,
+            }
         })
         .collect();
     (cv, held_out, relevance_sum / held_out.max(1) as f64)

@@ -147,7 +147,42 @@ fn fit_beta(
     }
     let rho = x[0];
     x.remove(0);
+    if options.cap_one_sided_beta {
+        cap_one_sided(groups, offsets, rho, &mut x);
+    }
     (rho, x, iterations)
+}
+
+/// Bounds the β of a skill whose pairs all went one way by what those pairs showed. A skill
+/// that won every pair it was in has no finite best β (its wins are separable: the larger β,
+/// the likelier they look) and only the prior stops it; the runs show only that it overcame
+/// score deficits (ρ·Δr plus offsets) up to the largest one, so β goes no further. Likewise a
+/// skill that lost every pair sinks no lower than minus the largest lead it lost with. A skill
+/// with wins and losses keeps its fitted β: the likelihood bounds it.
+fn cap_one_sided(groups: &[&Group], offsets: &[Vec<f64>], rho: f64, beta: &mut [f64]) {
+    // Per skill: (pairs won, largest deficit overcome, pairs lost, largest lead lost with).
+    let mut seen = vec![(0usize, 0.0f64, 0usize, 0.0f64); beta.len()];
+    for (group, offset) in groups.iter().zip(offsets) {
+        for &(a, b, _) in &group.pairs {
+            let (a, b) = (a as usize, b as usize);
+            // The winner's lead over the loser without β (negative: the winner's deficit).
+            let lead =
+                rho * (group.relevance[a] - group.relevance[b]) as f64 + offset[a] - offset[b];
+            let winner = &mut seen[group.skills[a]];
+            winner.0 += 1;
+            winner.1 = winner.1.max(-lead);
+            let loser = &mut seen[group.skills[b]];
+            loser.2 += 1;
+            loser.3 = loser.3.max(-lead);
+        }
+    }
+    for (b, &(won, deficit, lost, lead)) in beta.iter_mut().zip(&seen) {
+        if won > 0 && lost == 0 {
+            *b = b.min(deficit);
+        } else if lost > 0 && won == 0 {
+            *b = b.max(-lead);
+        }
+    }
 }
 
 fn fit_dk(
