@@ -125,7 +125,9 @@ check "every skill keyed by the worker" test "$(inside "SELECT done FROM skills.
 check "hybrid search inside the container" test "$(inside "SELECT name FROM skills.search('$TOP_QUERY', k => 1, method => 'hybrid')")" = pytest-fixtures
 check "semantic search over TCP with the password" test "$(outside "SELECT count(*) FROM skills.search('my program crashed and I need to see where', k => 5, method => 'semantic')")" = 5
 check "TCP refuses a wrong password" bash -c "! PGPASSWORD=wrong psql -X -h 127.0.0.1 -p $PORT -U postgres -d skills -c 'SELECT 1' >/dev/null 2>&1"
-rendered() { outside "SELECT skills.render_context('$TOP_QUERY', k => 1, token_budget => 20000)" | grep -q 'pytest-fixtures'; }
+# Captured first: `| grep -q` would close the pipe on its first match, and under pipefail psql's
+# SIGPIPE on the rest of the block would fail the check at random.
+rendered() { local block; block=$(outside "SELECT skills.render_context('$TOP_QUERY', k => 1, token_budget => 20000)") && [[ $block == *pytest-fixtures* ]]; }
 check "render_context over TCP" rendered
 record() { outside "SELECT skills.record_run('$TOP_QUERY', jsonb_build_array(jsonb_build_object('skill_id', (SELECT id FROM skills.skill WHERE name = 'pytest-fixtures'), 'passed', true)))" >/dev/null; }
 check "record_run over TCP" record
