@@ -80,7 +80,7 @@ SELECT left(skills.render_context('find where my rust program panicked', k => 1,
 
 \echo
 \echo == KeyOpt: agents report 8 runs where git-bisect-regression solved "which change broke the build" tasks and the other served skills did not; a fit learns it
-\set ask 'SELECT name, round(score::numeric, 3) AS score, round(semantic::numeric, 3) AS r, round(beta::numeric, 3) AS beta, round(dk_term::numeric, 3) AS dk_term, round(event_term::numeric, 3) AS event_term FROM skills.search(''our nightly build started failing and nobody knows which commit caused it'', k => 3)'
+\set ask 'SELECT name, round(score::numeric, 3) AS score, round(semantic::numeric, 3) AS r, round(beta::numeric, 3) AS beta, round(dk_term::numeric, 3) AS dk_term, round(event_term::numeric, 3) AS event_term, round(held_back::numeric, 3) AS held_back FROM skills.search(''our nightly build started failing and nobody knows which commit caused it'', k => 3)'
 :ask;
 DO $$
 DECLARE

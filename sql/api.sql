@@ -247,12 +247,13 @@ CREATE FUNCTION skills.search(
 RETURNS TABLE (id bigint, name text, category skills.category, score double precision,
                tokens integer, bm25 double precision, semantic double precision,
                graph double precision, beta double precision, dk_term double precision,
-               event_term double precision, risk skills.risk_level, risk_rules text[])
+               event_term double precision, held_back double precision,
+               risk skills.risk_level, risk_rules text[])
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
-           r.dk_term, r.event_term, s.risk,
+           r.dk_term, r.event_term, r.held_back, s.risk,
            ARRAY(SELECT DISTINCT f ->> 'rule' FROM jsonb_array_elements(s.risk_findings) AS f
                  WHERE (f ->> 'severity')::skills.risk_level > 'low' ORDER BY 1)
     FROM skills.search_ranked(query, categories, k, token_budget, min_score, method,

@@ -53,11 +53,15 @@ COMMENT ON TABLE skills.keyopt_round IS
 
 -- Per skill and round: β and the packed row [k0; Δk; β] (1,025 little-endian f32) that a
 -- reading takes in one piece. Kept in line (STORAGE MAIN): 4,100 bytes fit a page.
+-- lift_bound: the largest ρ·r deficit the skill overcame in the round's support runs; a
+-- reading never lifts it over a rival further ahead than that (0: never won from behind).
+-- Infinity when the fit ran with bounds off.
 CREATE TABLE skills.keyopt_skill (
     round         integer NOT NULL REFERENCES skills.keyopt_round (round) ON DELETE CASCADE,
     skill_id      bigint NOT NULL,
     content_hash  text NOT NULL,
     beta          real NOT NULL,
+    lift_bound    real NOT NULL CONSTRAINT keyopt_skill_lift_bound CHECK (lift_bound >= 0),
     packed        bytea NOT NULL CONSTRAINT keyopt_skill_packed_len CHECK (octet_length(packed) = 4100),
     PRIMARY KEY (round, skill_id)
 );
@@ -174,12 +178,13 @@ COMMENT ON FUNCTION skills.use_round(integer) IS 'Activates a stored KeyOpt roun
 -- The KeyOpt score of one skill for a query, in parts.
 CREATE FUNCTION skills.keyopt_score(query text, skill_id bigint,
     OUT score double precision, OUT relevance double precision, OUT beta double precision,
-    OUT dk_term double precision, OUT event_term double precision)
+    OUT dk_term double precision, OUT event_term double precision,
+    OUT held_back double precision)
     LANGUAGE sql STABLE
-    RETURN (SELECT (r.score, r.relevance, r.beta, r.dk_term, r.event_term)
+    RETURN (SELECT (r.score, r.relevance, r.beta, r.dk_term, r.event_term, r.held_back)
             FROM skills.keyopt_rank(query, NULL::text[], NULL::integer, ARRAY[skill_id]) AS r);
 COMMENT ON FUNCTION skills.keyopt_score(text, bigint) IS
-    'S(q, s) = ρ·r + β + clip((q − μ)ᵀΔk, −c, c) + α·E with the active round; NULL when the skill has no key.';
+    'S(q, s) = ρ·r + β + clip((q − μ)ᵀΔk, −c, c) + α·E with the active round (held_back is 0 for one skill alone: lift bounds act between skills); NULL when the skill has no key.';
 
 CREATE VIEW skills.keyopt_rounds AS
 SELECT r.round, r.active, r.created_at, r.trigger, r.max_event_id,

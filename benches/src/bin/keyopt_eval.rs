@@ -63,6 +63,10 @@ struct Args {
     /// true/false: bound the β of one-sided skills by the deficits (leads) seen in support.
     #[arg(long)]
     cap_beta: Option<bool>,
+    /// true/false: bound how far behind in relevance a skill may be lifted (by the largest
+    /// deficit it overcame in support).
+    #[arg(long)]
+    bound_lifts: Option<bool>,
     /// The event sharpness grid, e.g. 5,10,20.
     #[arg(long, value_delimiter = ',')]
     kappas: Option<Vec<f32>>,
@@ -128,21 +132,25 @@ fn keyopt_ranking(
     } else {
         Vec::new()
     };
-    let pool = memory::candidate_pool(&semantic, &recalled, 10);
-    let q = round.query(query);
-    let mut scored: Vec<(usize, f32)> = pool
-        .iter()
-        .map(|&(s, _)| {
-            let mut parts = round.read(s as usize, &q);
-            if round.settings.alpha != 0.0 {
-                parts.event_term = round.settings.alpha
-                    * memory::event_reading(&neighbours, s, round.settings.kappa);
-            }
-            (s as usize, parts.total())
-        })
+    let pool: Vec<usize> = memory::candidate_pool(&semantic, &recalled, 10)
+        .into_iter()
+        .map(|(s, _)| s as usize)
         .collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored.into_iter().map(|(d, _)| d).collect()
+    let q = round.query(query);
+    round
+        .rank(&pool, &q, |s| event_term(round, &neighbours, s))
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect()
+}
+
+/// α·E(q, s) of a round (0 when it does not read events).
+fn event_term(round: &Round, neighbours: &[memory::Neighbour], skill: usize) -> f32 {
+    if round.settings.alpha == 0.0 {
+        0.0
+    } else {
+        round.settings.alpha * memory::event_reading(neighbours, skill as i64, round.settings.kappa)
+    }
 }
 
 /// Support runs: the semantic top 10 of each support query; labelled documents pass.
@@ -299,15 +307,7 @@ fn planted_truth() -> String {
             .iter()
             .max_by(|&&a, &&b| p(a).total_cmp(&p(b)))
             .unwrap();
-        let top = *candidates
-            .iter()
-            .max_by(|&&a, &&b| {
-                round
-                    .read(a, &q)
-                    .total()
-                    .total_cmp(&round.read(b, &q).total())
-            })
-            .unwrap();
+        let top = round.rank(&candidates, &q, |_| 0.0)[0].0;
         hit_r += (candidates[0] == best) as usize;
         hit_k += (top == best) as usize;
         pass_r += p(candidates[0]) as f64;
@@ -438,8 +438,9 @@ fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
     );
     out += &describe_fit("fit", &fitted, seconds);
     out += &format!(
-        "β of git-bisect-regression {:.3}; largest |β| of the others {:.3}\n\n",
+        "β of git-bisect-regression {:.3}, its lift bound {:.3}; largest |β| of the others {:.3}\n\n",
         fitted.beta[bisect],
+        fitted.lift_bound[bisect],
         fitted
             .beta
             .iter()
@@ -479,7 +480,7 @@ fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
         sims.iter().sum::<f32>() / sims.len() as f32,
         sims.iter().copied().fold(f32::NEG_INFINITY, f32::max)
     );
-    out += "| question (not in the support) | nearest support task | expected first | semantic first | KeyOpt first | KeyOpt parts of the first (ρr, β, Δk, event) |\n|---|---|---|---|---|---|\n";
+    out += "| question (not in the support) | nearest support task | expected first | semantic first | KeyOpt first | KeyOpt parts of the first (ρr, β, Δk, event, held back) |\n|---|---|---|---|---|---|\n";
     let mut right = (0, 0);
     for (question, expected) in DEMO_QUESTIONS {
         let key = query_key(question);
@@ -487,10 +488,8 @@ fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
         let ranking = keyopt_ranking(&round, &memory, &key, &keys, true);
         let first = ranking[0];
         let q = round.query(&key);
-        let mut parts = round.read(first, &q);
         let neighbours = memory.neighbours(&key, memory::NEIGHBOURS);
-        parts.event_term = round.settings.alpha
-            * memory::event_reading(&neighbours, first as i64, round.settings.kappa);
+        let parts = round.rank(&ranking, &q, |s| event_term(&round, &neighbours, s))[0].1;
         right.0 += (semantic == expected) as usize;
         right.1 += (docs[first].0 == expected) as usize;
         let nearest = events
@@ -498,8 +497,8 @@ fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
             .map(|e| dot(&e.key, &key))
             .fold(f32::NEG_INFINITY, f32::max);
         out += &format!(
-            "| {question} | {nearest:.2} | {expected} | {semantic} | {} | {:.2}, {:.2}, {:.2}, {:.2} |\n",
-            docs[first].0, parts.relevance, parts.beta, parts.dk_term, parts.event_term
+            "| {question} | {nearest:.2} | {expected} | {semantic} | {} | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |\n",
+            docs[first].0, parts.relevance, parts.beta, parts.dk_term, parts.event_term, parts.held_back
         );
     }
     out += &format!(
@@ -520,9 +519,10 @@ fn main() {
         options.grid.kappas = k.clone();
     }
     options.cap_one_sided_beta = args.cap_beta.unwrap_or(options.cap_one_sided_beta);
+    options.bound_lifts = args.bound_lifts.unwrap_or(options.bound_lifts);
     eprintln!(
-        "fit options: λ_β {}, min gain {} SE, one-sided β capped {}",
-        options.lambda_beta, options.min_gain_se, options.cap_one_sided_beta
+        "fit options: λ_β {}, min gain {} SE, one-sided β capped {}, lifts bounded {}",
+        options.lambda_beta, options.min_gain_se, options.cap_one_sided_beta, options.bound_lifts
     );
     FIT_OPTIONS.set(options).expect("set once");
     let started = Instant::now();

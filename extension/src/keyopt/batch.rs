@@ -49,6 +49,7 @@ fn keyopt_rank_batch(
         name!(beta, f64),
         name!(dk_term, f64),
         name!(event_term, f64),
+        name!(held_back, f64),
         name!(recalled, bool),
         name!(device, String),
     ),
@@ -129,6 +130,7 @@ fn keyopt_rank_batch(
                 parts.beta as f64,
                 parts.dk_term as f64,
                 parts.event_term as f64,
+                parts.held_back as f64,
                 recalled,
                 device.clone(),
             ));

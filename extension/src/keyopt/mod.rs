@@ -199,6 +199,7 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
         let ids: Vec<i64> = chunk.iter().map(|&i| keys[i].0).collect();
         let hashes: Vec<String> = chunk.iter().map(|&i| keys[i].1.clone()).collect();
         let betas: Vec<f32> = chunk.iter().map(|&i| fitted.beta[i]).collect();
+        let lift_bounds: Vec<f32> = chunk.iter().map(|&i| fitted.lift_bound[i]).collect();
         let packed: Vec<Vec<u8>> = chunk
             .iter()
             .map(|&i| {
@@ -208,13 +209,16 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
             })
             .collect();
         crate::spi::run(
-            "INSERT INTO skills.keyopt_skill (round, skill_id, content_hash, beta, packed) \
-             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::real[], $5::bytea[])",
+            "INSERT INTO skills.keyopt_skill (round, skill_id, content_hash, beta, lift_bound, \
+                                              packed) \
+             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::real[], $5::real[], \
+                                      $6::bytea[])",
             &[
                 round.into(),
                 ids.into(),
                 hashes.into(),
                 betas.into(),
+                lift_bounds.into(),
                 packed.into(),
             ],
         );

@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use pgrx::prelude::*;
 
+use pg_skills_kernels::keyopt::lift::bounded_order;
 use pg_skills_kernels::keyopt::memory::{self, Neighbour};
 use pg_skills_kernels::keyopt::{packed_len, read_row, Arm, Parts, QueryKey, Settings};
 use pg_skills_kernels::vector::KEY_DIM;
@@ -128,11 +129,18 @@ pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)>
     })
 }
 
-/// Packed rows of `ids` in `round`: id → (content hash, floats).
-fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
+/// A skill's row in a round: the content hash it was fitted on, `[k0; Δk; β]`, its lift bound.
+struct PackedRow {
+    content_hash: String,
+    floats: Vec<f32>,
+    lift_bound: f32,
+}
+
+/// Packed rows of `ids` in `round`, by id.
+fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, PackedRow> {
     crate::spi::read(|client| {
         let rows = client.select(
-            "SELECT skill_id, content_hash, packed FROM skills.keyopt_skill \
+            "SELECT skill_id, content_hash, packed, lift_bound FROM skills.keyopt_skill \
              WHERE round = $1 AND skill_id = ANY($2)",
             None,
             &[round.into(), ids.to_vec().into()],
@@ -147,7 +155,11 @@ fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
             if floats.len() == packed_len(KEY_DIM) {
                 out.insert(
                     row.get::<i64>(1)?.expect("NOT NULL"),
-                    (row.get::<String>(2)?.expect("NOT NULL"), floats),
+                    PackedRow {
+                        content_hash: row.get::<String>(2)?.expect("NOT NULL"),
+                        floats,
+                        lift_bound: row.get::<f32>(4)?.expect("NOT NULL"),
+                    },
                 );
             }
         }
@@ -157,6 +169,7 @@ fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, (String, Vec<f32>)> {
 
 /// KeyOpt ranking of `query`: best first, at most `k` rows (all keyed skills when NULL), within
 /// `categories` (NULL: all). With `only`, just those skills, no pool and no recall.
+#[allow(clippy::type_complexity)]
 #[pg_extern(stable)]
 fn keyopt_rank(
     query: &str,
@@ -172,6 +185,7 @@ fn keyopt_rank(
         name!(beta, f64),
         name!(dk_term, f64),
         name!(event_term, f64),
+        name!(held_back, f64),
         name!(recalled, bool),
     ),
 > {
@@ -185,9 +199,22 @@ fn keyopt_rank(
             p.beta as f64,
             p.dk_term as f64,
             p.event_term as f64,
+            p.held_back as f64,
             recalled,
         )
     }))
+}
+
+/// Ranks rows best first under their lift bounds (`pg_skills_kernels::keyopt::lift`); ties go
+/// to the more relevant skill, then to the lower id.
+fn bounded(rows: &mut [(i64, Parts, bool, f32)]) -> Vec<(i64, Parts, bool)> {
+    rows.sort_by_key(|r| r.0);
+    let mut parts: Vec<Parts> = rows.iter().map(|r| r.1).collect();
+    let bounds: Vec<f32> = rows.iter().map(|r| r.3).collect();
+    bounded_order(&mut parts, &bounds)
+        .into_iter()
+        .map(|i| (rows[i].0, parts[i], rows[i].2))
+        .collect()
 }
 
 /// How many first-stage candidates [`ranked`] reads for `k` results and `depth` rows.
@@ -315,7 +342,9 @@ pub fn ranked(
         }
     }
 
-    let mut rows: Vec<(i64, Parts, bool)> = match &round {
+    // Rows with their lift bounds: with no round (or no row fitted on the skill's current
+    // content) nothing is corrected and the bound never acts.
+    let mut rows: Vec<(i64, Parts, bool, f32)> = match &round {
         None => pool
             .iter()
             .map(|&(id, recalled)| {
@@ -323,7 +352,7 @@ pub fn ranked(
                     relevance: info[&id].1,
                     ..Parts::default()
                 };
-                (id, parts, recalled)
+                (id, parts, recalled, f32::INFINITY)
             })
             .collect(),
         Some(round) => {
@@ -333,11 +362,12 @@ pub fn ranked(
             pool.iter()
                 .map(|&(id, recalled)| {
                     let (hash, r) = &info[&id];
-                    let mut parts = match packed.get(&id) {
-                        Some((fitted_hash, row)) if fitted_hash == hash => {
-                            read_row(row, &q, round.rho, &round.settings)
-                        }
-                        _ => Parts::default(),
+                    let (mut parts, lift_bound) = match packed.get(&id) {
+                        Some(row) if &row.content_hash == hash => (
+                            read_row(&row.floats, &q, round.rho, &round.settings),
+                            row.lift_bound,
+                        ),
+                        _ => (Parts::default(), 0.0),
                     };
                     // r of the current key (the same as the row's k0 unless the compressor
                     // changed since the fit), or of the round's relevance function.
@@ -346,16 +376,16 @@ pub fn ranked(
                         parts.event_term = round.settings.alpha
                             * memory::event_reading(&near, id, round.settings.kappa);
                     }
-                    (id, parts, recalled)
+                    (id, parts, recalled, lift_bound)
                 })
                 .collect()
         }
     };
-    let by_score = |a: &(i64, Parts, bool), b: &(i64, Parts, bool)| {
-        b.1.total().total_cmp(&a.1.total()).then(a.0.cmp(&b.0))
-    };
-    rows[..pool_len].sort_by(by_score);
-    rows[pool_len..].sort_by(by_score);
+    let (pool_rows, beyond_rows) = rows.split_at_mut(pool_len);
+    let mut rows: Vec<(i64, Parts, bool)> = bounded(pool_rows)
+        .into_iter()
+        .chain(bounded(beyond_rows))
+        .collect();
     if only.is_none() {
         if let Some(d) = depth {
             rows.truncate(d);

@@ -9,7 +9,7 @@
 //! | `hybrid`     | RRF (k = 60) of BM25 and semantic       | bm25, semantic (raw)      |
 //! | `graph`      | personalised PageRank over skills.edge  | graph (+ seeds' bm25, semantic) |
 //! | `skilltrace` | the same walk over past runs            | graph (+ seeds' bm25, semantic) |
-//! | `keyopt`     | ρ·r + β + clip((q − μ)ᵀΔk) + α·E         | semantic (= ρ·r), beta, dk_term, event_term |
+//! | `keyopt`     | ρ·r + β + clip((q − μ)ᵀΔk) + α·E, lifts bounded | semantic (= ρ·r), beta, dk_term, event_term, held_back |
 //!
 //! [`serve`](pg_skills_kernels::serving::serve) then applies k, token_budget and min_score. When a
 //! budget skips rows the ranking is redone deeper, so k rows are served whenever k rows fit.
@@ -30,8 +30,8 @@ use pgrx::prelude::*;
 
 use pg_skills_kernels::serving::{serve, Limits};
 
-use rank::{rank, Ranked};
 use crate::trust::{notice_withheld, serving_facts, Policy, Withheld};
+use rank::{rank, Ranked};
 pub use request::{limits, Request};
 
 /// What serving needs of each ranked skill: its token count and whether the policy withholds it
@@ -117,6 +117,7 @@ pub fn served(
 
 /// The ranking behind `skills.search`, best first (the SQL function adds name and category).
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::type_complexity)]
 #[pg_extern(stable)]
 fn search_ranked(
     query: Option<&str>,
@@ -139,6 +140,7 @@ fn search_ranked(
         name!(beta, Option<f64>),
         name!(dk_term, Option<f64>),
         name!(event_term, Option<f64>),
+        name!(held_back, Option<f64>),
     ),
 > {
     let limits = limits(k, token_budget, min_score);
@@ -168,6 +170,7 @@ fn search_ranked(
             r.beta,
             r.dk_term,
             r.event_term,
+            r.held_back,
         )
     }))
 }

@@ -32,6 +32,7 @@ pub struct Ranked {
     pub beta: Option<f64>,
     pub dk_term: Option<f64>,
     pub event_term: Option<f64>,
+    pub held_back: Option<f64>,
 }
 
 /// Rows of a query returning (id bigint, score double precision).
@@ -243,6 +244,7 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
                 beta: Some(p.beta as f64),
                 dk_term: Some(p.dk_term as f64),
                 event_term: Some(p.event_term as f64),
+                held_back: Some(p.held_back as f64),
                 ..Ranked::default()
             })
             .collect()

@@ -21,6 +21,7 @@ pub mod batch;
 pub mod cuda;
 pub mod fit;
 pub mod lbfgs;
+pub mod lift;
 pub mod memory;
 pub mod scenarios;
 pub mod simulate;
@@ -97,11 +98,15 @@ pub struct Parts {
     pub dk_term: f32,
     /// α·E(q, s).
     pub event_term: f32,
+    /// ≤ 0: the part of the corrections given back because they would have placed the skill
+    /// above a rival further ahead in relevance than the support showed it could overcome
+    /// ([`lift`]).
+    pub held_back: f32,
 }
 
 impl Parts {
     pub fn total(&self) -> f32 {
-        self.relevance + self.beta + self.dk_term + self.event_term
+        self.relevance + self.beta + self.dk_term + self.event_term + self.held_back
     }
 }
 
@@ -148,6 +153,7 @@ pub fn read_row(row: &[f32], query: &QueryKey, rho: f32, settings: &Settings) ->
         beta: row[2 * dim],
         dk_term,
         event_term: 0.0,
+        held_back: 0.0,
     }
 }
 
@@ -172,6 +178,8 @@ pub struct Round {
     /// cross-validation): it ranks by r alone and recalls nothing.
     pub corrections: bool,
     pub rows: Vec<f32>,
+    /// Per skill, the largest ρ·r deficit it was seen to overcome ([`lift`]).
+    pub lift_bound: Vec<f32>,
 }
 
 impl Round {
@@ -189,6 +197,7 @@ impl Round {
             settings: fitted.settings,
             corrections: fitted.report.corrections,
             rows,
+            lift_bound: fitted.lift_bound.clone(),
         }
     }
 
@@ -203,6 +212,30 @@ impl Round {
 
     pub fn read(&self, skill: usize, query: &QueryKey) -> Parts {
         read_row(self.row(skill), query, self.rho, &self.settings)
+    }
+
+    /// Reads `skills` for one query, adds `event_term(skill)` (α·E, or 0), and ranks them best
+    /// first under the round's lift bounds (ties: the lower skill index).
+    pub fn rank(
+        &self,
+        skills: &[usize],
+        query: &QueryKey,
+        event_term: impl Fn(usize) -> f32,
+    ) -> Vec<(usize, Parts)> {
+        let mut skills = skills.to_vec();
+        skills.sort_unstable();
+        let mut parts: Vec<Parts> = skills
+            .iter()
+            .map(|&s| Parts {
+                event_term: event_term(s),
+                ..self.read(s, query)
+            })
+            .collect();
+        let bounds: Vec<f32> = skills.iter().map(|&s| self.lift_bound[s]).collect();
+        lift::bounded_order(&mut parts, &bounds)
+            .into_iter()
+            .map(|i| (skills[i], parts[i]))
+            .collect()
     }
 }
 

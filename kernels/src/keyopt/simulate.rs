@@ -285,15 +285,7 @@ mod tests {
                 .unwrap();
             hit_r += (candidates[0] == best) as usize;
             let q = round.query(&task.key);
-            let top = *candidates
-                .iter()
-                .max_by(|&&a, &&b| {
-                    round
-                        .read(a, &q)
-                        .total()
-                        .total_cmp(&round.read(b, &q).total())
-                })
-                .unwrap();
+            let top = round.rank(&candidates, &q, |_| 0.0)[0].0;
             hit_s += (top == best) as usize;
         }
         eprintln!("Hit@1 r {hit_r} vs KeyOpt {hit_s} of {n}");

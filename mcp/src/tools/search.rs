@@ -145,6 +145,10 @@ pub struct ScoreParts {
     pub dk_term: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_term: Option<f64>,
+    /// ≤ 0: correction given back because it would have lifted the skill over a rival further
+    /// ahead in relevance than the skill was ever seen to overcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<f64>,
 }
 
 /// One ranked skill. Pass `id`, `version` and `content_hash` back in report_outcome.
@@ -187,13 +191,14 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
            'version', s.version, 'content_hash', s.content_hash,
            'parts', jsonb_strip_nulls(jsonb_build_object(
                'bm25', r.bm25, 'semantic', r.semantic, 'graph', r.graph,
-               'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term)),
+               'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term,
+               'held_back', r.held_back)),
            'provenance', s.provenance, 'risk', r.risk,
            'risk_findings', s.risk_findings) ORDER BY r.rank), '[]'::jsonb)
 FROM skills.search($1, categories => $2, k => $3, token_budget => $4, min_score => $5,
                    method => $6)
      WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta,
-                          dk_term, event_term, risk, risk_rules, rank)
+                          dk_term, event_term, held_back, risk, risk_rules, rank)
 JOIN skills.skill AS s ON s.id = r.id";
 
 /// Runs `sql` (a statement over skills.search / skills.render_context taking the request's six
@@ -221,7 +226,10 @@ pub(super) async fn request_value(
                 .await?;
             let value: Value = row.get(0);
             // The policy's NOTICE does not reach a pooled client: ask for it on the same session.
-            let withheld: Option<String> = c.query_one("SELECT skills.last_withheld()", &[]).await?.get(0);
+            let withheld: Option<String> = c
+                .query_one("SELECT skills.last_withheld()", &[])
+                .await?
+                .get(0);
             Ok((value, withheld))
         }
     })

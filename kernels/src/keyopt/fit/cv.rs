@@ -2,9 +2,11 @@
 //! the grid is scored by the weighted share of held-out discordant pairs it orders correctly.
 
 use super::objective::fit_model;
-use super::pairs::Group;
+use super::pairs::{largest_deficits_overcome, Group};
 use super::{CvResult, FitOptions, SupportEvent};
+use crate::keyopt::lift::bounded_order;
 use crate::keyopt::memory::{self, EventMemory};
+use crate::keyopt::Parts;
 use crate::rng::SplitMix64;
 use crate::vector::dot;
 
@@ -62,6 +64,15 @@ pub(super) fn cross_validate(
             continue;
         }
         let model = fit_model(&train, n, dim, options, true);
+        // Lift bounds of the training groups, per reading (with and without Δk: ρ differs).
+        let bounds_of = |use_dk: bool| -> Vec<f32> {
+            if options.bound_lifts {
+                largest_deficits_overcome(&train, n, model.scale_and_beta(use_dk).0)
+            } else {
+                vec![f32::INFINITY; n]
+            }
+        };
+        let lift_bounds = [bounds_of(false), bounds_of(true)];
         let mut memory = EventMemory::new(dim);
         for g in &train {
             for &e in &g.events {
@@ -70,14 +81,21 @@ pub(super) fn cross_validate(
         }
         for group in &held {
             let neighbours = memory.neighbours(&group.key, options.neighbours);
-            let base = |use_dk: bool| -> Vec<f32> {
+            // Per reading: (ρ·r, β) of each skill of the group, and the skills' lift bounds.
+            let base = |use_dk: bool| -> (Vec<(f32, f32)>, Vec<f32>) {
                 let (rho, beta) = model.scale_and_beta(use_dk);
-                group
+                let parts = group
                     .skills
                     .iter()
                     .zip(&group.relevance)
-                    .map(|(&s, &r)| (rho * r as f64 + beta[s]) as f32)
-                    .collect()
+                    .map(|(&s, &r)| ((rho * r as f64) as f32, beta[s] as f32))
+                    .collect();
+                let bounds = group
+                    .skills
+                    .iter()
+                    .map(|&s| lift_bounds[use_dk as usize][s])
+                    .collect();
+                (parts, bounds)
             };
             let bases = [base(false), base(true)];
             let u: Vec<f32> = group
@@ -102,21 +120,30 @@ pub(super) fn cross_validate(
             let relevance_accuracy = pair_accuracy(group, &group.relevance);
             relevance_sum += relevance_accuracy;
             held_out += 1;
+            let mut parts = vec![Parts::default(); group.skills.len()];
             let mut scores = vec![0.0f32; group.skills.len()];
             for (i, setting) in grid.iter().enumerate() {
                 let k = kappas
                     .iter()
                     .position(|&k| k == setting.kappa)
                     .expect("kappa in list");
-                for j in 0..scores.len() {
-                    let dk_term = if setting.use_dk {
-                        u[j].clamp(-setting.clip, setting.clip)
-                    } else {
-                        0.0
+                let (base, bounds) = &bases[setting.use_dk as usize];
+                for (j, p) in parts.iter_mut().enumerate() {
+                    *p = Parts {
+                        relevance: base[j].0,
+                        beta: base[j].1,
+                        dk_term: if setting.use_dk {
+                            u[j].clamp(-setting.clip, setting.clip)
+                        } else {
+                            0.0
+                        },
+                        event_term: setting.alpha * readings[k][j],
+                        held_back: 0.0,
                     };
-                    scores[j] = bases[setting.use_dk as usize][j]
-                        + dk_term
-                        + setting.alpha * readings[k][j];
+                }
+                // Scored by place in the bounded order, as a reading ranks them.
+                for (place, j) in bounded_order(&mut parts, bounds).into_iter().enumerate() {
+                    scores[j] = -(place as f32);
                 }
                 let accuracy = pair_accuracy(group, &scores);
                 sums[i] += accuracy;

@@ -32,7 +32,7 @@ mod pairs;
 
 use cv::cross_validate;
 use objective::fit_model;
-use pairs::{build_groups, Group};
+use pairs::{build_groups, largest_deficits_overcome, Group};
 
 /// One recorded run used for fitting.
 #[derive(Clone, Debug)]
@@ -101,6 +101,10 @@ pub struct FitOptions {
     /// Bound the β of a skill that only won (only lost) by the largest score deficit it overcame
     /// (lead it lost with) in the support pairs (`objective.rs`, `cap_one_sided`).
     pub cap_one_sided_beta: bool,
+    /// Store each skill's lift bound (the largest relevance deficit it overcame in the support)
+    /// so that readings never lift it over a rival further ahead (`keyopt::lift`); false:
+    /// unbounded. Cross-validation scores the held-out tasks the same way.
+    pub bound_lifts: bool,
     pub lambda_rho: f64,
     pub lambda_dk: f64,
     /// γ, the keep penalty's weight per tied (task, skill).
@@ -128,6 +132,7 @@ impl Default for FitOptions {
         FitOptions {
             lambda_beta: 1.0,
             cap_one_sided_beta: true,
+            bound_lifts: true,
             lambda_rho: 1.0,
             lambda_dk: 1.0,
             keep_weight: 1.0,
@@ -215,6 +220,9 @@ pub struct Fitted {
     pub mu: Vec<f32>,
     pub beta: Vec<f32>,
     pub dk: Vec<Vec<f32>>,
+    /// Per skill, the largest ρ·r deficit it overcame in the support (infinite when
+    /// `bound_lifts` is off; 0 in a neutral round).
+    pub lift_bound: Vec<f32>,
     pub settings: Settings,
     pub report: FitReport,
 }
@@ -265,6 +273,7 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
         mu,
         beta: vec![0.0; n],
         dk: vec![vec![0.0; dim]; n],
+        lift_bound: vec![0.0; n],
         settings: Settings::NONE,
         report,
     };
@@ -289,7 +298,7 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
     // No correction at all is the weakest setting: when no setting beats the first-stage score
     // on held-out tasks by more than its uncertainty, the round stays neutral.
     let margin = (options.min_gain_se * best.gain_se).max(options.tie_tolerance);
-    if !(report.best_gain > margin) {
+    if report.best_gain.is_nan() || report.best_gain <= margin {
         report.chosen = Some(Settings::NONE);
         report.corrections = false;
         return neutral(mu, report);
@@ -319,11 +328,17 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
                 .map_or_else(|| vec![0.0; dim], <[f32]>::to_vec)
         })
         .collect();
+    let lift_bound = if options.bound_lifts {
+        largest_deficits_overcome(&all, n, rho)
+    } else {
+        vec![f32::INFINITY; n]
+    };
     Fitted {
         rho: rho as f32,
         mu,
         beta: beta.iter().map(|&b| b as f32).collect(),
         dk,
+        lift_bound,
         settings: chosen,
         report,
     }
@@ -519,6 +534,21 @@ mod tests {
         );
         // skill 2 won and lost: its β is the fitted one
         assert_eq!(capped.beta[2], uncapped.beta[2]);
+        // Lift bounds: skill 1 overcame 0.005, skill 0 overcame 0.2 (0.8 − 0.6) when it beat
+        // skill 2, and skill 2 only ever won from ahead.
+        let bound = |s: usize, deficit: f32| (capped.lift_bound[s] - capped.rho * deficit).abs();
+        assert!(bound(1, 0.005) < 1e-5, "{:?}", capped.lift_bound);
+        assert!(bound(0, 0.2) < 1e-5, "{:?}", capped.lift_bound);
+        assert_eq!(capped.lift_bound[2], 0.0);
+        let unbounded = fit(
+            &keys,
+            &events,
+            &FitOptions {
+                bound_lifts: false,
+                ..FitOptions::default()
+            },
+        );
+        assert!(unbounded.lift_bound.iter().all(|b| b.is_infinite()));
     }
 
     /// The cross-validated gain over r alone must exceed its standard error: held-out groups

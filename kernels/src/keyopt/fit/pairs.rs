@@ -87,3 +87,18 @@ pub(super) fn build_groups(
     }
     groups
 }
+
+/// Per skill, the largest ρ·r deficit it overcame: max over the pairs it won of
+/// ρ·(r_loser − r_winner), 0 when it never won from behind (the lift bound, `keyopt::lift`).
+pub(super) fn largest_deficits_overcome(groups: &[&Group], n_skills: usize, rho: f64) -> Vec<f32> {
+    let mut deficit = vec![0.0f64; n_skills];
+    for group in groups {
+        for &(a, b, _) in &group.pairs {
+            let (a, b) = (a as usize, b as usize);
+            let behind = rho * (group.relevance[b] - group.relevance[a]) as f64;
+            let winner = &mut deficit[group.skills[a]];
+            *winner = winner.max(behind);
+        }
+    }
+    deficit.into_iter().map(|d| d as f32).collect()
+}
