@@ -12,10 +12,11 @@ CREATE TABLE skills.event (
     environment   jsonb NOT NULL DEFAULT '{}',
     budget        numeric,
     round         integer,
+    set_passed    boolean,
     recorded_at   timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE skills.event IS
-    'Recorded task runs (support runs for KeyOpt). source_group: the source question (cross-validation folds never split one; NULL = the task text). round: the KeyOpt round active when it was recorded.';
+    'Recorded task runs (support runs for KeyOpt). source_group: the source question (cross-validation folds never split one; NULL = the task text). round: the KeyOpt round active when it was recorded. set_passed: the outcome of a run that used its skills together and passed or failed as a whole (NULL: only per-arm outcomes).';
 
 -- The skills a run used and how it went with each.
 CREATE TABLE skills.event_arm (
@@ -23,14 +24,14 @@ CREATE TABLE skills.event_arm (
     skill_id       bigint NOT NULL REFERENCES skills.skill (id) ON DELETE CASCADE,
     skill_version  integer NOT NULL,
     content_hash   text NOT NULL,
-    passed         boolean NOT NULL,
+    passed         boolean,
     cost           double precision,
     stale          boolean NOT NULL DEFAULT false,
     PRIMARY KEY (event_id, skill_id)
 );
 CREATE INDEX event_arm_skill ON skills.event_arm (skill_id);
 COMMENT ON TABLE skills.event_arm IS
-    'Arms of a run: the skill (at the version it was served), pass or fail, cost. stale = recorded for a version that was no longer current; fits and readings skip stale arms and arms of content that has since changed.';
+    'Arms of a run: the skill (at the version it was served), pass or fail (NULL: not known apart from the run''s set_passed), cost. stale = recorded for a version that was no longer current; fits and readings skip stale arms and arms of content that has since changed.';
 
 -- Fitted rounds. One is active; readers see the active round of their snapshot, never a mix.
 CREATE TABLE skills.keyopt_round (
@@ -72,6 +73,8 @@ COMMENT ON TABLE skills.keyopt_skill IS
 -- Records one run with its arms in one call. arms: a JSON array of objects
 --   {"skill_id": 12, "passed": true, "cost": 0.4, "version": 3, "content_hash": "..."}
 -- (cost, version and content_hash optional; version/content_hash name what was served).
+-- run_passed: the outcome of a run that used the skills together (a set that passed or failed
+-- as a whole); each arm's "passed" is then optional (known per-arm outcomes still count).
 CREATE FUNCTION skills.record_run(
     task text,
     arms jsonb,
@@ -79,7 +82,8 @@ CREATE FUNCTION skills.record_run(
     environment jsonb DEFAULT '{}',
     budget numeric DEFAULT NULL,
     source_group text DEFAULT NULL,
-    allow_stale boolean DEFAULT false)
+    allow_stale boolean DEFAULT false,
+    run_passed boolean DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -92,7 +96,7 @@ DECLARE
     current_skill record;
     is_stale boolean;
     arm_form constant text :=
-        'Each arm is an object like {"skill_id": 12, "passed": true}, optionally with "cost", "version" and "content_hash" of the skill as served.';
+        'Each arm is an object like {"skill_id": 12, "passed": true}, optionally with "cost", "version" and "content_hash" of the skill as served; "passed" may be left out when run_passed gives the outcome of the whole run.';
 BEGIN
     IF task IS NULL OR btrim(task) = '' THEN
         RAISE EXCEPTION 'a run needs the task text'
@@ -102,10 +106,11 @@ BEGIN
         RAISE EXCEPTION 'arms must be a non-empty JSON array'
             USING ERRCODE = 'invalid_parameter_value', HINT = arm_form;
     END IF;
-    INSERT INTO skills.event (task, task_key, source_group, executor, environment, budget, round)
+    INSERT INTO skills.event (task, task_key, source_group, executor, environment, budget, round,
+                              set_passed)
     VALUES (task, skills.query_key(task), source_group, coalesce(executor, ''),
             coalesce(environment, '{}'), budget,
-            (SELECT r.round FROM skills.keyopt_round AS r WHERE r.active))
+            (SELECT r.round FROM skills.keyopt_round AS r WHERE r.active), run_passed)
     RETURNING id INTO new_event;
 
     n := 0;
@@ -113,7 +118,8 @@ BEGIN
         n := n + 1;
         IF jsonb_typeof(arm) <> 'object'
            OR jsonb_typeof(arm -> 'skill_id') IS DISTINCT FROM 'number'
-           OR jsonb_typeof(arm -> 'passed') IS DISTINCT FROM 'boolean'
+           OR (jsonb_typeof(arm -> 'passed') IS DISTINCT FROM 'boolean'
+               AND NOT (run_passed IS NOT NULL AND jsonb_typeof(arm -> 'passed') IS NULL))
            OR (arm ? 'cost' AND jsonb_typeof(arm -> 'cost') NOT IN ('number', 'null'))
            OR (arm ? 'version' AND jsonb_typeof(arm -> 'version') <> 'number')
            OR (arm ? 'content_hash' AND jsonb_typeof(arm -> 'content_hash') <> 'string') THEN
@@ -149,8 +155,8 @@ BEGIN
     RETURN new_event;
 END
 $$;
-COMMENT ON FUNCTION skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean) IS
-    'Records a task run and its arms (skills served, pass/fail, cost); returns the event id. Unknown skills and changed versions are rejected (allow_stale => true records them flagged stale).';
+COMMENT ON FUNCTION skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean) IS
+    'Records a task run and its arms (skills served, pass/fail, cost); returns the event id. run_passed records a run that used its skills together and passed or failed as a whole (arms'' own outcomes then optional). Unknown skills and changed versions are rejected (allow_stale => true records them flagged stale).';
 
 -- skills.fit(trigger, activate) is Rust (extension/src/keyopt/mod.rs).
 COMMENT ON FUNCTION skills.fit(text, boolean) IS

@@ -42,7 +42,7 @@ REVOKE EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
     skills.rule_edges(),
     skills.embed_pending(bigint),
-    skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean),
+    skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean),
     skills.apply_staging(),
     skills.sync_source(text[]),
     skills.set_category(bigint, skills.category),
@@ -63,7 +63,7 @@ GRANT SELECT (id, task_key, round, recorded_at) ON skills.event TO skills_reader
 
 -- Reporting outcomes.
 GRANT INSERT ON skills.event, skills.event_arm TO skills_reporter;
-GRANT EXECUTE ON FUNCTION skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean) TO skills_reporter;
+GRANT EXECUTE ON FUNCTION skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean) TO skills_reporter;
 
 -- Loading skills: the skill table, and what its triggers write (history, the embedding queue).
 GRANT INSERT, UPDATE, DELETE ON skills.skill TO skills_loader;

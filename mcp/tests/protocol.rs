@@ -344,7 +344,7 @@ fn bad_arguments_come_back_as_clear_tool_errors() {
         ("get_skill", json!({"id": 1, "version": 7}), "skill 1 has no version 7; its versions are 1 to 1"),
         ("get_skill", json!({"id": 0}), "`id` must be a positive skill id"),
         ("report_outcome", json!({"task": "t", "skills": []}), "`skills` is empty"),
-        ("report_outcome", json!({"task": "t", "skills": [{"id": 1}]}), "missing field `passed`"),
+        ("report_outcome", json!({"task": "t", "skills": [{"id": 1}]}), "`skills[0].passed` is missing"),
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}, {"id": 1, "passed": false}]}), "skill 1 is reported twice"),
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}], "environment": "linux"}), "invalid type: string \"linux\", expected a map"),
         ("report_outcome", json!({"task": "t", "skills": [{"id": 1, "passed": true}], "executor": "e".repeat(201)}), "`executor` is 201 characters; at most 200"),
@@ -576,8 +576,17 @@ fn outcomes_reported_through_mcp_reach_the_next_fit() {
         "{winner} passed every run: beta {}",
         fitted.1
     );
-    let after = mcp.ok("search_skills", json!({"query": query, "k": 3}));
-    assert_eq!(names(&after)[0], winner, "{before}\n{after}");
+    // One of the reported tasks: the winner overcame its relevance gap there, so the round's
+    // lift bound lets it pass (a paraphrase further behind than every reported task would keep
+    // the relevance order: docs/architecture.md, "Lift bounds").
+    let reported = "my tests started failing after merging branch 5";
+    let semantic = mcp.ok(
+        "search_skills",
+        json!({"query": reported, "k": 3, "method": "semantic"}),
+    );
+    assert_ne!(names(&semantic)[0], winner, "{semantic}");
+    let after = mcp.ok("search_skills", json!({"query": reported, "k": 3}));
+    assert_eq!(names(&after)[0], winner, "{semantic}\n{after}");
     assert!(after["results"][0]["parts"]["beta"].as_f64().unwrap() > 0.0);
     // Later reports carry the round they were served under.
     let report = mcp.ok(
@@ -601,27 +610,65 @@ fn the_serving_policy_keeps_flagged_skills_out_of_every_tool() {
             &[],
         )
         .unwrap();
-    admin.query_one("SELECT skills.embed_pending()", &[]).unwrap();
+    admin
+        .query_one("SELECT skills.embed_pending()", &[])
+        .unwrap();
     let flagged = id_of(&mut admin, "pytest-db-setup");
     let mut mcp = Mcp::start(&cluster.dsn("postgres"), &[]);
     mcp.initialize();
     let query = "share pytest database setup between tests";
-    let found = mcp.ok("search_skills", json!({"query": query, "k": 3, "method": "bm25"}));
-    assert!(!names(&found).contains(&"pytest-db-setup".to_string()), "{found}");
+    let found = mcp.ok(
+        "search_skills",
+        json!({"query": query, "k": 3, "method": "bm25"}),
+    );
+    assert!(
+        !names(&found).contains(&"pytest-db-setup".to_string()),
+        "{found}"
+    );
     let withheld = found["withheld"].as_str().unwrap_or_default();
-    assert!(withheld.contains("above pg_skills.max_risk = medium") && withheld.contains(&flagged.to_string()), "{found}");
-    assert!(found["results"].as_array().unwrap().iter().all(|h| h["risk"] == "none"), "{found}");
-    let block = mcp.ok("render_context", json!({"query": query, "k": 3, "method": "bm25"}));
-    assert!(!block["context"].as_str().unwrap().contains("198.51.100.7"), "{block}");
+    assert!(
+        withheld.contains("above pg_skills.max_risk = medium")
+            && withheld.contains(&flagged.to_string()),
+        "{found}"
+    );
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["risk"] == "none"),
+        "{found}"
+    );
+    let block = mcp.ok(
+        "render_context",
+        json!({"query": query, "k": 3, "method": "bm25"}),
+    );
+    assert!(
+        !block["context"].as_str().unwrap().contains("198.51.100.7"),
+        "{block}"
+    );
     assert!(block["withheld"].as_str().is_some(), "{block}");
     let refused = mcp.tool_error("get_skill", json!({"id": flagged}));
-    assert!(refused.contains("withheld") && refused.contains("pipe-to-shell"), "{refused}");
+    assert!(
+        refused.contains("withheld") && refused.contains("pipe-to-shell"),
+        "{refused}"
+    );
     // Raised by the superuser for this database, the skill is served, with its risk.
-    admin.batch_execute("ALTER DATABASE postgres SET pg_skills.max_risk = 'high'").unwrap();
+    admin
+        .batch_execute("ALTER DATABASE postgres SET pg_skills.max_risk = 'high'")
+        .unwrap();
     let mut mcp = Mcp::start(&cluster.dsn("postgres"), &[]);
     mcp.initialize();
-    let found = mcp.ok("search_skills", json!({"query": query, "k": 3, "method": "bm25"}));
-    let hit = found["results"].as_array().unwrap().iter().find(|h| h["id"] == flagged).cloned();
+    let found = mcp.ok(
+        "search_skills",
+        json!({"query": query, "k": 3, "method": "bm25"}),
+    );
+    let hit = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == flagged)
+        .cloned();
     let hit = hit.unwrap_or_else(|| panic!("served under max_risk = high: {found}"));
     assert_eq!(hit["risk"], "high");
     assert_eq!(hit["risk_findings"][0]["rule"], "pipe-to-shell");

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use pg_skills_kernels::keyopt::fit::{self as fitting, FitOptions, SupportEvent};
+use pg_skills_kernels::keyopt::fit::{self as fitting, FitOptions, SetOutcome, SupportEvent};
 use pg_skills_kernels::keyopt::{pack, packed_len, Arm};
 use pg_skills_kernels::vector::KEY_DIM;
 
@@ -66,7 +66,10 @@ struct RecordedRun {
     key: Vec<f32>,
     pairing: u64,
     group: u64,
-    arms: Vec<(i64, bool)>,
+    /// (skill, its own outcome when known).
+    arms: Vec<(i64, Option<bool>)>,
+    /// The outcome of the run as a whole, for a run that used its skills together.
+    set_passed: Option<bool>,
 }
 
 /// Every run up to now with its usable arms (not stale, content still current).
@@ -75,7 +78,8 @@ fn recorded_runs() -> Vec<RecordedRun> {
         let rows = client.select(
             "SELECT e.id, e.task_key::real[], e.task, coalesce(e.source_group, e.task), \
                     e.executor, coalesce(e.budget::text, ''), \
-                    array_agg(a.skill_id ORDER BY a.skill_id), array_agg(a.passed ORDER BY a.skill_id) \
+                    array_agg(a.skill_id ORDER BY a.skill_id), array_agg(a.passed ORDER BY a.skill_id), \
+                    e.set_passed \
              FROM skills.event AS e \
              JOIN skills.event_arm AS a ON a.event_id = e.id AND NOT a.stale \
              JOIN skills.skill AS s ON s.id = a.skill_id AND s.content_hash = a.content_hash \
@@ -90,7 +94,7 @@ fn recorded_runs() -> Vec<RecordedRun> {
             };
             let (task, group, executor, budget) = (text(3)?, text(4)?, text(5)?, text(6)?);
             let skills = row.get::<Vec<i64>>(7)?.expect("NOT NULL");
-            let passed = row.get::<Vec<bool>>(8)?.expect("NOT NULL");
+            let passed = row.get::<Vec<Option<bool>>>(8)?.expect("NOT NULL");
             out.push(RecordedRun {
                 id: row.get::<i64>(1)?.expect("NOT NULL"),
                 task: task.clone(),
@@ -98,6 +102,7 @@ fn recorded_runs() -> Vec<RecordedRun> {
                 pairing: stable_hash(&[&task, &executor, &budget]),
                 group: stable_hash(&[&group]),
                 arms: skills.into_iter().zip(passed).collect(),
+                set_passed: row.get::<bool>(9)?,
             });
         }
         Ok::<_, pgrx::spi::Error>(out)
@@ -148,29 +153,41 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
     let events: Vec<SupportEvent> = runs
         .iter()
         .map(|r| {
-            let usable: Vec<(i64, usize, bool)> = r
+            let usable: Vec<(i64, usize, Option<bool>)> = r
                 .arms
                 .iter()
                 .filter_map(|&(skill, passed)| index.get(&skill).map(|&i| (skill, i, passed)))
                 .collect();
+            let known: Vec<(i64, usize, bool)> = usable
+                .iter()
+                .filter_map(|&(skill, i, passed)| passed.map(|p| (skill, i, p)))
+                .collect();
+            let relevance_of = |ids: &mut dyn Iterator<Item = i64>| -> Option<Vec<f32>> {
+                function.as_ref().map(|_| {
+                    let scores = &task_scores[r.task.as_str()];
+                    ids.map(|skill| scores[&skill]).collect()
+                })
+            };
             SupportEvent {
                 key: r.key.clone(),
                 pairing: r.pairing,
                 group: r.group,
-                arms: usable
+                arms: known
                     .iter()
                     .map(|&(_, i, passed)| Arm {
                         skill: i as i64,
                         passed,
                     })
                     .collect(),
-                relevance: function.as_ref().map(|_| {
-                    let scores = &task_scores[r.task.as_str()];
-                    usable.iter().map(|(skill, _, _)| scores[skill]).collect()
+                relevance: relevance_of(&mut known.iter().map(|k| k.0)),
+                set: r.set_passed.map(|passed| SetOutcome {
+                    skills: usable.iter().map(|u| u.1 as i64).collect(),
+                    passed,
+                    relevance: relevance_of(&mut usable.iter().map(|u| u.0)),
                 }),
             }
         })
-        .filter(|e| !e.arms.is_empty())
+        .filter(|e| !e.arms.is_empty() || e.set.is_some())
         .collect();
     let skill_keys: Vec<Vec<f32>> = keys.iter().map(|k| k.2.clone()).collect();
     pg_sys::check_for_interrupts!();

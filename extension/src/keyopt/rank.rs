@@ -95,10 +95,11 @@ pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)>
     crate::spi::read(|client| {
         let rows = client.select(
             "WITH near AS ( \
-                 SELECT e.id, -(e.task_key OPERATOR(skills.<#>) skills.key($1))::float8 AS sim \
+                 SELECT e.id, e.set_passed, \
+                        -(e.task_key OPERATOR(skills.<#>) skills.key($1))::float8 AS sim \
                  FROM skills.event AS e WHERE e.id <= $2 \
                  ORDER BY e.task_key OPERATOR(skills.<#>) skills.key($1), e.id LIMIT $3) \
-             SELECT n.id, n.sim, a.skill_id, a.passed \
+             SELECT n.id, n.sim, a.skill_id, coalesce(a.passed, n.set_passed) \
              FROM near AS n \
              LEFT JOIN skills.event_arm AS a ON a.event_id = n.id AND NOT a.stale \
                  AND EXISTS (SELECT 1 FROM skills.skill AS s \

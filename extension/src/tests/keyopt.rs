@@ -51,6 +51,68 @@ mod tests {
         }
     }
 
+    /// Runs that used three skills together and only say whether the whole run passed: an
+    /// agent ran each task three times, keeping two skills and trying a third; only the run
+    /// with git-bisect passed. The fit pairs the skills two sets of one task do not share and
+    /// finds git-bisect; arms keep no outcome of their own, and an arm without one is refused
+    /// when the run has no set outcome either.
+    #[pg_test]
+    fn runs_that_passed_or_failed_as_a_whole_teach_which_skill_decides() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'my tests fail since I merged a branch'";
+        let before = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_ne!(before[0].0, ids[4], "{before:?}");
+        for task in 0..12usize {
+            // Two kept skills and the two others tried in turn with git-bisect (ids[4]).
+            let others: Vec<usize> = (0..4).map(|j| (task + j) % 4).collect();
+            for third in [4, others[2], others[3]] {
+                let arms: Vec<String> = [others[0], others[1], third]
+                    .iter()
+                    .map(|&i| format!("{{\"skill_id\": {}}}", ids[i]))
+                    .collect();
+                exec(&format!(
+                    "SELECT skills.record_run('my tests started failing after merging branch {task}', \
+                     '[{}]', executor => 'agent-b', source_group => 'merge-{}', run_passed => {})",
+                    arms.join(", "),
+                    task % 4,
+                    third == 4
+                ));
+            }
+        }
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.event_arm WHERE passed IS NULL"),
+            108
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.event WHERE set_passed IS NOT NULL"),
+            36
+        );
+        let round: i32 = one("SELECT skills.fit()");
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT report FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert_eq!(
+            report.0["corrections"],
+            serde_json::json!(true),
+            "{}",
+            report.0
+        );
+        let after = search(&format!("{q}, k => 5, method => 'keyopt'"));
+        assert_eq!(after[0].0, ids[4], "{after:?}");
+        assert_refused(
+            &format!(
+                "PERFORM skills.record_run('t', '[{{\"skill_id\": {}}}]')",
+                ids[0]
+            ),
+            "invalid_parameter_value",
+            "arm 1 is malformed%",
+        );
+    }
+
     #[pg_test]
     fn recorded_outcomes_change_the_ranking_and_rounds_roll_back() {
         if !have_model() {

@@ -179,6 +179,7 @@ impl World {
                     pairing: t as u64,
                     group: task.group,
                     relevance: None,
+                    set: None,
                 }
             })
             .collect()

@@ -14,8 +14,10 @@ use crate::db::Database;
 pub struct SkillOutcome {
     /// The skill id, as search_skills or render_context returned it.
     pub id: i64,
-    /// Whether the task succeeded with this skill's help.
-    pub passed: bool,
+    /// Whether the task succeeded with this skill's help. May be left out when `run_passed`
+    /// gives the outcome of the run as a whole.
+    #[serde(default)]
+    pub passed: Option<bool>,
     /// What using it cost (tokens, seconds or money; the caller's unit).
     #[serde(default)]
     pub cost: Option<f64>,
@@ -56,6 +58,10 @@ pub struct ReportArgs {
     /// Record outcomes for skills that changed since they were served, flagged stale.
     #[serde(default)]
     pub allow_stale: Option<bool>,
+    /// For a task that used the skills together: whether the run as a whole passed. Each
+    /// skill's own `passed` is then optional (give it where you know it).
+    #[serde(default)]
+    pub run_passed: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -64,8 +70,11 @@ pub struct ReportResult {
     pub event_id: i64,
     /// Rows written to skills.event_arm.
     pub arms: i64,
+    /// Arms with their own outcome (arms of a set run without one count in neither).
     pub passed: i64,
     pub failed: i64,
+    /// The outcome of the run as a whole, when it was reported.
+    pub run_passed: Option<bool>,
     /// Arms recorded for a changed skill (allow_stale); fits skip them.
     pub stale: i64,
     /// The KeyOpt round that was active (null before the first fit).
@@ -76,7 +85,7 @@ fn validate_report(args: &ReportArgs) -> Result<Value, ToolError> {
     check_text("task", &args.task)?;
     if args.skills.is_empty() {
         return Err(ToolError::InvalidArgument(
-            "`skills` is empty; report at least one served skill with passed true or false".into(),
+            "`skills` is empty; report at least one served skill (with passed true or false, or with run_passed for the whole run)".into(),
         ));
     }
     if args.skills.len() > MAX_ARMS {
@@ -118,7 +127,16 @@ fn validate_report(args: &ReportArgs) -> Result<Value, ToolError> {
                 s.id
             )));
         }
-        let mut arm = serde_json::json!({"skill_id": s.id, "passed": s.passed});
+        let mut arm = serde_json::json!({"skill_id": s.id});
+        match (s.passed, args.run_passed) {
+            (Some(p), _) => arm["passed"] = p.into(),
+            (None, Some(_)) => {}
+            (None, None) => {
+                return Err(ToolError::InvalidArgument(format!(
+                    "`{at}.passed` is missing: give each skill's outcome, or run_passed for the whole run"
+                )))
+            }
+        }
         if let Some(c) = s.cost {
             check_finite(&format!("{at}.cost"), c)?;
             if c < 0.0 {
@@ -166,7 +184,8 @@ pub async fn report_outcome(db: &Database, args: ReportArgs) -> Result<ReportRes
                 let event: i64 = tx
                     .query_one(
                         "SELECT skills.record_run($1, $2, executor => $3, environment => $4, \
-                         budget => $5::float8::numeric, source_group => $6, allow_stale => $7)",
+                         budget => $5::float8::numeric, source_group => $6, allow_stale => $7, \
+                         run_passed => $8)",
                         &[
                             &args.task,
                             &arms,
@@ -175,6 +194,7 @@ pub async fn report_outcome(db: &Database, args: ReportArgs) -> Result<ReportRes
                             &budget,
                             &args.source_group,
                             &allow_stale,
+                            &args.run_passed,
                         ],
                     )
                     .await?
@@ -184,9 +204,9 @@ pub async fn report_outcome(db: &Database, args: ReportArgs) -> Result<ReportRes
                         "SELECT jsonb_build_object('event_id', e.id, 'round', e.round, \
                                 'arms', count(a.*), 'passed', count(*) FILTER (WHERE a.passed), \
                                 'failed', count(*) FILTER (WHERE NOT a.passed), \
-                                'stale', count(*) FILTER (WHERE a.stale)) \
+                                'stale', count(*) FILTER (WHERE a.stale), 'run_passed', e.set_passed) \
                          FROM skills.event AS e JOIN skills.event_arm AS a ON a.event_id = e.id \
-                         WHERE e.id = $1 GROUP BY e.id, e.round",
+                         WHERE e.id = $1 GROUP BY e.id, e.round, e.set_passed",
                         &[&event],
                     )
                     .await?;
@@ -232,6 +252,31 @@ mod tests {
         ])))
         .unwrap_err();
         assert!(hash.to_string().contains("content_hash"), "{hash}");
+    }
+
+    /// A run that used its skills together: run_passed gives its outcome, and each skill's own
+    /// outcome is then optional; without run_passed every skill needs one.
+    #[test]
+    fn a_set_run_needs_run_passed_or_every_outcome() {
+        let set: ReportArgs = serde_json::from_value(serde_json::json!({
+            "task": "t", "run_passed": false,
+            "skills": [{"id": 3}, {"id": 4, "passed": true}]
+        }))
+        .unwrap();
+        assert_eq!(
+            validate_report(&set).unwrap(),
+            serde_json::json!([{"skill_id": 3}, {"skill_id": 4, "passed": true}])
+        );
+        let missing = validate_report(&report(serde_json::json!([
+            {"id": 3}, {"id": 4, "passed": true}
+        ])))
+        .unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .contains("`skills[0].passed` is missing"),
+            "{missing}"
+        );
     }
 
     fn report_with(extra: Value) -> Result<Value, ToolError> {

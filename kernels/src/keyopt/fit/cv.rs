@@ -76,7 +76,7 @@ pub(super) fn cross_validate(
         let mut memory = EventMemory::new(dim);
         for g in &train {
             for &e in &g.events {
-                memory.push(&events[e].key, events[e].arms.clone());
+                memory.push(&events[e].key, events[e].reading_arms());
             }
         }
         for group in &held {

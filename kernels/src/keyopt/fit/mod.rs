@@ -48,6 +48,39 @@ pub struct SupportEvent {
     /// The base relevance r(task, skill) of each arm when it is not the key inner product qᵀk0
     /// (a cross-encoder's score); None: qᵀk0. The reading must use the same r.
     pub relevance: Option<Vec<f32>>,
+    /// A run that served several skills together and passed or failed as a whole. `arms` then
+    /// holds only the skills whose own outcome is also known (often none).
+    pub set: Option<SetOutcome>,
+}
+
+/// The outcome of a run as a whole: every skill it served, and whether it passed.
+#[derive(Clone, Debug)]
+pub struct SetOutcome {
+    /// Indexes into the skill keys, as `Arm::skill`.
+    pub skills: Vec<i64>,
+    pub passed: bool,
+    /// r(task, skill) per skill when it is not qᵀk0 (as `SupportEvent::relevance`).
+    pub relevance: Option<Vec<f32>>,
+}
+
+impl SupportEvent {
+    /// What the event memory reads of this run: the arms whose outcome is known, and every
+    /// other skill of its set with the set's outcome (the set's pass or failure is shared by
+    /// the skills that made it up, since which one decided it is not known).
+    pub fn reading_arms(&self) -> Vec<Arm> {
+        let mut arms = self.arms.clone();
+        if let Some(set) = &self.set {
+            for &skill in &set.skills {
+                if !arms.iter().any(|a| a.skill == skill) {
+                    arms.push(Arm {
+                        skill,
+                        passed: set.passed,
+                    });
+                }
+            }
+        }
+        arms
+    }
 }
 
 /// The settings cross-validation chooses from.
@@ -370,6 +403,7 @@ mod tests {
             group: pairing,
             arms,
             relevance: None,
+            set: None,
         };
         let events = vec![
             // two runs of one task: skill 0 passes twice, skill 1 fails twice, skill 2 both
@@ -388,6 +422,110 @@ mod tests {
         assert!((groups[0].relevance[2] - 0.6).abs() < 1e-6);
     }
 
+    /// Runs that passed or failed as a whole: a passing and a failing set of the same task
+    /// that differ in one skill make one full pair; what both served cancels; sets that differ
+    /// in more share a weight of 1; a lone set run, or sets with one outcome, make none.
+    #[test]
+    fn set_outcomes_pair_the_skills_two_sets_do_not_share() {
+        let keys = vec![vec![1.0, 0.0]; 5];
+        let set_run = |pairing: u64, skills: &[i64], passed: bool| SupportEvent {
+            key: vec![1.0, 0.0],
+            pairing,
+            group: pairing,
+            arms: Vec::new(),
+            relevance: None,
+            set: Some(SetOutcome {
+                skills: skills.to_vec(),
+                passed,
+                relevance: None,
+            }),
+        };
+        let events = vec![
+            set_run(1, &[0, 1], true),
+            set_run(1, &[0, 2], false),
+            set_run(2, &[0, 1, 2], true),
+            set_run(2, &[3, 4, 2], false),
+            set_run(3, &[0, 1], true),
+            set_run(4, &[0, 1], false),
+            set_run(4, &[0, 2], false),
+        ];
+        let groups = build_groups(&keys, &events, &[0.0, 0.0]);
+        let named = |g: &Group| -> Vec<(usize, usize, f32)> {
+            let mut p: Vec<(usize, usize, f32)> = g
+                .pairs
+                .iter()
+                .map(|&(a, b, w)| (g.skills[a as usize], g.skills[b as usize], w))
+                .collect();
+            p.sort_by_key(|x| (x.0, x.1));
+            p
+        };
+        assert_eq!(named(&groups[0]), vec![(1, 2, 1.0)]);
+        assert_eq!(
+            named(&groups[1]),
+            vec![(0, 3, 0.25), (0, 4, 0.25), (1, 3, 0.25), (1, 4, 0.25)]
+        );
+        assert!(groups[2].pairs.is_empty() && groups[3].pairs.is_empty());
+        // The event memory reads each member with the set's outcome, known arms as they are.
+        let mixed = SupportEvent {
+            arms: vec![arm(1, false)],
+            ..set_run(5, &[0, 1], true)
+        };
+        assert_eq!(mixed.reading_arms(), vec![arm(1, false), arm(0, true)]);
+    }
+
+    /// Only set outcomes, no arm's own: each task is run a few times with 3 of its 5 candidates
+    /// and passes exactly when the one skill that matters was among them. The fit finds that
+    /// skill (the largest β) and ranks it first on tasks it never saw.
+    #[test]
+    fn a_fit_from_set_outcomes_alone_finds_the_skill_that_decides() {
+        let mut rng = SplitMix64(21);
+        let dim = 16;
+        let keys: Vec<Vec<f32>> = (0..5).map(|_| unit(&mut rng, dim)).collect();
+        let needed = 3i64;
+        let topic = unit(&mut rng, dim);
+        let task = |rng: &mut SplitMix64| -> Vec<f32> {
+            let noise = unit(rng, dim);
+            let mut v: Vec<f32> = topic.iter().zip(&noise).map(|(t, n)| t + 0.3 * n).collect();
+            crate::encoder::normalize(&mut v);
+            v
+        };
+        let mut events = Vec::new();
+        for t in 0..40u64 {
+            let key = task(&mut rng);
+            for _ in 0..3 {
+                let mut served: Vec<i64> = (0..5).collect();
+                for i in (1..served.len()).rev() {
+                    served.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+                }
+                served.truncate(3);
+                events.push(SupportEvent {
+                    key: key.clone(),
+                    pairing: t,
+                    group: t,
+                    arms: Vec::new(),
+                    relevance: None,
+                    set: Some(SetOutcome {
+                        passed: served.contains(&needed),
+                        skills: served,
+                        relevance: None,
+                    }),
+                });
+            }
+        }
+        let fitted = fit(&keys, &events, &FitOptions::default());
+        assert!(fitted.report.corrections, "{:?}", fitted.report);
+        let best = (0..5)
+            .max_by(|&a, &b| fitted.beta[a].total_cmp(&fitted.beta[b]))
+            .unwrap();
+        assert_eq!(best as i64, needed, "β {:?}", fitted.beta);
+        let round = crate::keyopt::Round::new(&keys, &fitted);
+        for _ in 0..20 {
+            let q = round.query(&task(&mut rng));
+            let first = round.rank(&[0, 1, 2, 3, 4], &q, |_| 0.0)[0].0;
+            assert_eq!(first as i64, needed);
+        }
+    }
+
     #[test]
     fn a_given_relevance_replaces_the_key_inner_product() {
         let keys = vec![vec![1.0, 0.0], vec![0.0, 1.0]];
@@ -397,6 +535,7 @@ mod tests {
             group: 1,
             arms: vec![arm(0, false), arm(1, true)],
             relevance: Some(vec![0.25, 0.75]),
+            set: None,
         }];
         let groups = build_groups(&keys, &events, &[0.0, 0.0]);
         assert_eq!(groups[0].relevance, vec![0.25, 0.75]);
@@ -405,6 +544,7 @@ mod tests {
             &keys,
             &[SupportEvent {
                 relevance: None,
+                set: None,
                 ..events[0].clone()
             }],
             &[0.0, 0.0],
@@ -426,6 +566,7 @@ mod tests {
                     .map(|j| arm(((t * 7 + j * 3) % 20) as i64, t % 3 == 0))
                     .collect(),
                 relevance: None,
+                set: None,
             })
             .collect();
         let fitted = fit(&keys, &events, &FitOptions::default());
@@ -450,6 +591,7 @@ mod tests {
                 group: t,
                 arms: vec![arm(w, true), arm(l, false)],
                 relevance: None,
+                set: None,
             });
         }
         let fitted = fit(&keys, &events, &FitOptions::default());
@@ -475,6 +617,7 @@ mod tests {
                     group: t / 3,
                     arms: vec![arm(good, true), arm((t % 12) as i64, t % 12 == good as u64)],
                     relevance: None,
+                    set: None,
                 }
             })
             .collect();
@@ -500,6 +643,7 @@ mod tests {
                 group: t,
                 arms: vec![arm(0, false), arm(1, true)],
                 relevance: None,
+                set: None,
             });
         }
         // skill 2 wins some and loses some against skill 0 on other tasks
@@ -510,6 +654,7 @@ mod tests {
                 group: t,
                 arms: vec![arm(0, t % 3 == 0), arm(2, t % 3 != 0)],
                 relevance: None,
+                set: None,
             });
         }
         let uncapped = fit(
@@ -565,6 +710,7 @@ mod tests {
             group: t,
             arms: vec![arm(0, first_wins), arm(1, !first_wins)],
             relevance: None,
+            set: None,
         };
         // skill 1 wins half the time, skill 0 the other half, on the same kind of task.
         let noisy: Vec<SupportEvent> = (0..10u64)

@@ -14,6 +14,10 @@
 //!    ../shared/corpus SKILL.md files as distractors (without the skillsbench fork the tasks come
 //!    from). Each fold is ranked by a round fitted on the other fold's support runs.
 //!
+//! 4. Tasks that need several skills (`multi.rs`): MetaTool requests that join two queries of
+//!    different tools, and the SkillsBench tasks that need 2–6 skills; support runs report only
+//!    whether the whole run (a set of 5 skills) passed.
+//!
 //! Keys are the raw padded MiniLM keys (the semantic reference), so the gain is KeyOpt's alone.
 //!
 //!   cargo run --release -p pg_skills_benches --bin keyopt_eval -- --shared ../shared
@@ -23,6 +27,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
+
+mod multi;
 
 use pg_skills_benches::eval::{
     bm25_rankings, cached_embeddings, distractors, evaluate, hash, load, row, Dataset,
@@ -190,6 +196,7 @@ fn support_runs(
                     })
                     .collect(),
                 relevance: None,
+                set: None,
             }
         })
         .collect()
@@ -198,7 +205,7 @@ fn support_runs(
 fn memory_of(events: &[SupportEvent]) -> EventMemory {
     let mut memory = EventMemory::new(compressor::KEY_DIMS);
     for e in events {
-        memory.push(&e.key, e.arms.clone());
+        memory.push(&e.key, e.reading_arms());
     }
     memory
 }
@@ -424,6 +431,7 @@ fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
                     .collect(),
                 key,
                 relevance: None,
+                set: None,
             }
         })
         .collect();
@@ -510,6 +518,165 @@ fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
     out
 }
 
+/// The relevant documents of query `q` as document indices.
+fn needed_docs(data: &Dataset, q: usize) -> Vec<usize> {
+    let index: HashMap<&str, usize> = data
+        .docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.0.as_str(), i))
+        .collect();
+    let mut needed: Vec<usize> = data
+        .qrels
+        .get(&data.queries[q].0)
+        .into_iter()
+        .flat_map(|r| r.keys())
+        .filter_map(|d| index.get(d.as_str()).copied())
+        .collect();
+    needed.sort_unstable();
+    needed
+}
+
+/// Fits a round from `events` and its event memory.
+fn round_of(
+    doc_keys: &[Vec<f32>],
+    events: &[SupportEvent],
+    label: &str,
+) -> (Round, EventMemory, String) {
+    let t = Instant::now();
+    let fitted = fit(doc_keys, events, &fit_options());
+    let line = describe_fit(label, &fitted, t.elapsed().as_secs_f64());
+    (Round::new(doc_keys, &fitted), memory_of(events), line)
+}
+
+/// MetaTool requests that need two tools: each joins a query with another query of a different
+/// tool from the same side of the split ("<q1> Also, <q2>").
+fn metatool_pairs(
+    encoder: &Encoder,
+    data: &Dataset,
+    doc_keys: &[Vec<f32>],
+    support: &[usize],
+    test: &[usize],
+    seed: u64,
+) -> String {
+    const SUPPORT_REQUESTS: usize = 6000;
+    const TEST_REQUESTS: usize = 1500;
+    let requests = |side: &[usize], limit: usize, salt: u64| -> Vec<multi::MultiTask> {
+        let mut rng = SplitMix64(seed ^ salt);
+        let mut chosen: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut attempts = 0usize;
+        while chosen.len() < limit.min(side.len()) && attempts < 50 * limit {
+            attempts += 1;
+            let a = side[(rng.next_u64() % side.len() as u64) as usize];
+            let b = side[(rng.next_u64() % side.len() as u64) as usize];
+            let (na, nb) = (needed_docs(data, a), needed_docs(data, b));
+            if na.is_empty() || nb.is_empty() || na.iter().any(|d| nb.contains(d)) {
+                continue;
+            }
+            let text = format!(
+                "{} Also, {}",
+                data.queries[a].1.trim_end(),
+                data.queries[b].1
+            );
+            let mut needed = na;
+            needed.extend(nb);
+            chosen.push((text, needed));
+        }
+        let texts: Vec<String> = chosen.iter().map(|c| c.0.clone()).collect();
+        cached_embeddings(encoder, &texts)
+            .iter()
+            .zip(chosen)
+            .map(|(e, (text, needed))| multi::MultiTask {
+                key: compressor::query_key(e),
+                needed,
+                id: hash(seed, &text),
+            })
+            .collect()
+    };
+    let support_tasks = requests(support, SUPPORT_REQUESTS, 0x5);
+    let test_tasks = requests(test, TEST_REQUESTS, 0x7);
+    let support_refs: Vec<&multi::MultiTask> = support_tasks.iter().collect();
+    let test_refs: Vec<&multi::MultiTask> = test_tasks.iter().collect();
+    let (set_round, set_memory, set_line) = round_of(
+        doc_keys,
+        &multi::set_runs(&support_refs, doc_keys, seed),
+        "set outcomes",
+    );
+    let (arm_round, arm_memory, arm_line) = round_of(
+        doc_keys,
+        &multi::arm_runs(&support_refs, doc_keys),
+        "per-arm outcomes",
+    );
+    let mut out = format!(
+        "\n### MetaTool, two tools per request: {} test requests (support {} requests from the support queries)\n\n",
+        test_tasks.len(),
+        support_tasks.len()
+    );
+    out += &set_line;
+    out += &arm_line;
+    out += "\n";
+    out += &multi::table(&test_refs, doc_keys, |_| {
+        [(&set_round, &set_memory), (&arm_round, &arm_memory)]
+    });
+    out
+}
+
+/// The SkillsBench tasks that need 2–6 skills, each fold ranked by rounds fitted on the other
+/// fold's multi-skill tasks.
+fn skillsbench_multi(
+    data: &Dataset,
+    doc_keys: &[Vec<f32>],
+    query_keys: &[Vec<f32>],
+    fold_of: impl Fn(usize) -> usize,
+    seed: u64,
+) -> String {
+    let tasks: Vec<(usize, multi::MultiTask)> = (0..data.queries.len())
+        .filter_map(|q| {
+            let needed = needed_docs(data, q);
+            (needed.len() >= 2).then(|| {
+                (
+                    fold_of(q),
+                    multi::MultiTask {
+                        key: query_keys[q].clone(),
+                        needed,
+                        id: hash(seed, &data.queries[q].0),
+                    },
+                )
+            })
+        })
+        .collect();
+    let mut out = format!(
+        "\n### SkillsBench, tasks that need 2–6 skills: {} tasks; each fold ranked by rounds fitted on the other fold\n\n",
+        tasks.len()
+    );
+    let mut rounds = Vec::new();
+    for f in 0..2 {
+        let support: Vec<&multi::MultiTask> =
+            tasks.iter().filter(|t| t.0 != f).map(|t| &t.1).collect();
+        let (set_round, set_memory, line) = round_of(
+            doc_keys,
+            &multi::set_runs(&support, doc_keys, seed),
+            &format!("fold {f}, set outcomes"),
+        );
+        out += &line;
+        let (arm_round, arm_memory, line) = round_of(
+            doc_keys,
+            &multi::arm_runs(&support, doc_keys),
+            &format!("fold {f}, per-arm outcomes"),
+        );
+        out += &line;
+        rounds.push([(set_round, set_memory), (arm_round, arm_memory)]);
+    }
+    out += "\n";
+    let fold: HashMap<u64, usize> = tasks.iter().map(|t| (t.1.id, t.0)).collect();
+    let all: Vec<&multi::MultiTask> = tasks.iter().map(|t| &t.1).collect();
+    out += &multi::table(&all, doc_keys, |t| {
+        let r = &rounds[fold[&t.id]];
+        [(&r[0].0, &r[0].1), (&r[1].0, &r[1].1)]
+    });
+    out
+}
+
 fn main() {
     let args = Args::parse();
     let mut options = FitOptions::default();
@@ -580,6 +747,11 @@ fn main() {
     };
     out += &methods.table(&test, |_| (&round, &memory));
     eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
+    out += &metatool_pairs(&encoder, &metatool, &doc_keys, &support, &test, args.seed);
+    eprintln!(
+        "MetaTool pairs done ({:.0} s)",
+        started.elapsed().as_secs_f64()
+    );
 
     if !args.no_skillsbench {
         let mut skillsbench = load(&bench.join("skillsbench-tasks"), true);
@@ -631,6 +803,7 @@ fn main() {
             let (round, memory) = &rounds[fold_of(q)];
             (round, memory)
         });
+        out += &skillsbench_multi(&skillsbench, &doc_keys, &query_keys, fold_of, args.seed);
     }
     out += &format!("\ntotal {:.0} s\n", started.elapsed().as_secs_f64());
     println!("{out}");

@@ -1,0 +1,160 @@
+//! Tasks that need several skills together.
+//!
+//! Support runs are simulated: each support request is run 4 times with a set of 5 skills, its
+//! semantic top 5 and then 3 sets in which 2 of those are swapped for skills from ranks 6–15
+//! (seeded); a run passes when every skill the request needs was in its set. Only that outcome
+//! of the whole run is reported (`SupportEvent::set`): which member decided it is not. The
+//! reference fit instead sees one run per request with per-arm outcomes of its semantic top 10
+//! (needed skills pass, the rest fail), as the single-skill sections do.
+//!
+//! Test requests are never part of a support run; a ranking is scored by Recall@10, NDCG@10
+//! (binary gain) and the share of requests with every needed skill in the first 5 (and 10).
+
+use std::collections::HashMap;
+
+use pg_skills_benches::metrics::query_metrics;
+use pg_skills_kernels::keyopt::fit::{SetOutcome, SupportEvent};
+use pg_skills_kernels::keyopt::memory::EventMemory;
+use pg_skills_kernels::keyopt::{Arm, Round};
+use pg_skills_kernels::rng::SplitMix64;
+
+use super::{keyopt_ranking, semantic_top};
+
+/// A request that needs several skills: its key, the skills (document indices), its source.
+pub struct MultiTask {
+    pub key: Vec<f32>,
+    pub needed: Vec<usize>,
+    /// Pairing key of its runs and the group cross-validation keeps together.
+    pub id: u64,
+}
+
+/// Skills per simulated set run, and runs per support request.
+const SET_SIZE: usize = 5;
+const RUNS: usize = 4;
+const SWAPPED: usize = 2;
+
+/// Set runs of every task (outcome of the whole run only).
+pub fn set_runs(tasks: &[&MultiTask], doc_keys: &[Vec<f32>], seed: u64) -> Vec<SupportEvent> {
+    let mut rng = SplitMix64(seed ^ 0x5e7);
+    let mut out = Vec::new();
+    for task in tasks {
+        let ranked: Vec<usize> = semantic_top(&task.key, doc_keys, 15)
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect();
+        let top = &ranked[..SET_SIZE.min(ranked.len())];
+        for run in 0..RUNS {
+            let mut set: Vec<usize> = top.to_vec();
+            if run > 0 && ranked.len() > SET_SIZE {
+                let mut spare: Vec<usize> = ranked[SET_SIZE..].to_vec();
+                for _ in 0..SWAPPED {
+                    let out_at = (rng.next_u64() % set.len() as u64) as usize;
+                    let in_at = (rng.next_u64() % spare.len() as u64) as usize;
+                    set[out_at] = spare.swap_remove(in_at);
+                    if spare.is_empty() {
+                        break;
+                    }
+                }
+            }
+            let passed = task.needed.iter().all(|n| set.contains(n));
+            out.push(SupportEvent {
+                key: task.key.clone(),
+                pairing: task.id,
+                group: task.id,
+                arms: Vec::new(),
+                relevance: None,
+                set: Some(SetOutcome {
+                    skills: set.iter().map(|&d| d as i64).collect(),
+                    passed,
+                    relevance: None,
+                }),
+            });
+        }
+    }
+    out
+}
+
+/// The reference: one run per task serving its semantic top 10, each arm's own outcome known.
+pub fn arm_runs(tasks: &[&MultiTask], doc_keys: &[Vec<f32>]) -> Vec<SupportEvent> {
+    tasks
+        .iter()
+        .map(|task| SupportEvent {
+            key: task.key.clone(),
+            pairing: task.id,
+            group: task.id,
+            arms: semantic_top(&task.key, doc_keys, 10)
+                .into_iter()
+                .map(|(d, _)| Arm {
+                    skill: d as i64,
+                    passed: task.needed.contains(&d),
+                })
+                .collect(),
+            relevance: None,
+            set: None,
+        })
+        .collect()
+}
+
+/// Mean Recall@10, NDCG@10, all needed in the first 5, all needed in the first 10.
+fn scores(tasks: &[&MultiTask], rank: impl Fn(&MultiTask) -> Vec<usize>) -> [f64; 4] {
+    let mut sum = [0.0f64; 4];
+    for task in tasks {
+        let ranking = rank(task);
+        let ranked: Vec<Vec<String>> = ranking.iter().map(|d| vec![d.to_string()]).collect();
+        let relevant: HashMap<String, u32> =
+            task.needed.iter().map(|d| (d.to_string(), 1)).collect();
+        let m = query_metrics(&ranked, &relevant, |d| d.parse().ok());
+        let within = |n: usize| {
+            let top = &ranking[..ranking.len().min(n)];
+            task.needed.iter().all(|d| top.contains(d)) as u8 as f64
+        };
+        sum[0] += m.recall_at_10;
+        sum[1] += m.ndcg_at_10;
+        sum[2] += within(5);
+        sum[3] += within(10);
+    }
+    sum.map(|s| s / tasks.len().max(1) as f64)
+}
+
+/// The table: semantic, KeyOpt fitted from set outcomes, KeyOpt fitted from per-arm outcomes.
+/// `rounds(task)` gives (set-outcome round and memory, per-arm round and memory) for a task.
+pub fn table<'r>(
+    tasks: &[&MultiTask],
+    doc_keys: &[Vec<f32>],
+    rounds: impl Fn(&MultiTask) -> [(&'r Round, &'r EventMemory); 2],
+) -> String {
+    let mut out = String::from(
+        "| method | Recall@10 | NDCG@10 | all needed in top 5 | all needed in top 10 |\n|---|---|---|---|---|\n",
+    );
+    let mut line = |name: &str, s: [f64; 4]| {
+        out += &format!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+            s[0], s[1], s[2], s[3]
+        );
+    };
+    line(
+        "semantic (raw MiniLM keys)",
+        scores(tasks, |t| {
+            semantic_top(&t.key, doc_keys, 10)
+                .into_iter()
+                .map(|(d, _)| d)
+                .collect()
+        }),
+    );
+    for (i, name) in [
+        "**KeyOpt**, fitted on set outcomes only",
+        "KeyOpt, fitted on per-arm outcomes (reference)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        line(
+            name,
+            scores(tasks, |t| {
+                let (round, memory) = rounds(t)[i];
+                keyopt_ranking(round, memory, &t.key, doc_keys, true)
+            }),
+        );
+    }
+    out
+}
