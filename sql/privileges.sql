@@ -49,7 +49,7 @@ REVOKE EXECUTE ON FUNCTION
     skills.rescan_risk()
 FROM PUBLIC;
 
--- Reading. Events: only what a reading uses (their key), not what was asked or by whom.
+-- Reading. Events: only what a reading uses (their key and set outcome), not what was asked or by whom.
 GRANT USAGE ON SCHEMA skills TO skills_reader, skills_worker;
 GRANT SELECT ON
     skills.skill, skills.skill_version, skills.skill_key, skills.compressor,
@@ -59,7 +59,7 @@ GRANT SELECT ON
     skills.pool_refactoring_review, skills.pool_data_ml, skills.pool_devops_infra,
     skills.pool_docs_tooling, skills.retired_skill, skills.source_stats, skills.flagged_skill
 TO skills_reader;
-GRANT SELECT (id, task_key, round, recorded_at) ON skills.event TO skills_reader;
+GRANT SELECT (id, task_key, round, set_passed, recorded_at) ON skills.event TO skills_reader;
 
 -- Reporting outcomes.
 GRANT INSERT ON skills.event, skills.event_arm TO skills_reporter;

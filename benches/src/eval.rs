@@ -85,14 +85,33 @@ pub fn evaluate(
     mean(&per_query)
 }
 
+/// Reciprocal-rank fusion (k = 60, equal weights) of two rankings, the first 10.
+pub fn rrf(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let mut score: HashMap<usize, f64> = HashMap::new();
+    for list in [a, b] {
+        for (rank, &d) in list.iter().enumerate() {
+            *score.entry(d).or_default() += 1.0 / (60.0 + rank as f64 + 1.0);
+        }
+    }
+    let mut out: Vec<(usize, f64)> = score.into_iter().collect();
+    out.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    out.into_iter().take(10).map(|(d, _)| d).collect()
+}
+
+/// The first 10 documents by inner product with the query key.
 pub fn key_ranking(query_key: &[f32], doc_keys: &[Vec<f32>]) -> Vec<usize> {
+    key_ranking_to(query_key, doc_keys, 10)
+}
+
+/// The first `depth` documents by inner product with the query key (ties: lower index).
+pub fn key_ranking_to(query_key: &[f32], doc_keys: &[Vec<f32>], depth: usize) -> Vec<usize> {
     let mut scored: Vec<(f32, usize)> = doc_keys
         .iter()
         .enumerate()
         .map(|(i, k)| (dot(query_key, k), i))
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    scored.into_iter().take(10).map(|(_, i)| i).collect()
+    scored.into_iter().take(depth).map(|(_, i)| i).collect()
 }
 
 /// The first `depth` BM25 results of each query (document indices).

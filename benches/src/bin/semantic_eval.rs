@@ -20,7 +20,8 @@ use std::time::Instant;
 use clap::Parser;
 
 use pg_skills_benches::eval::{
-    bm25_rankings, bucket, cached_embeddings, evaluate, key_ranking, load, row, Dataset,
+    bm25_rankings, bucket, cached_embeddings, evaluate, key_ranking, key_ranking_to, load, row, rrf,
+    Dataset,
 };
 use pg_skills_kernels::compressor::{self, Compressor, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
@@ -170,6 +171,11 @@ fn main() {
     let compressors = [train_on(true, &folds[1]), train_on(true, &folds[0])];
     let metatool_only = train_on(true, &[]);
     let skillsbench_only = [train_on(false, &folds[1]), train_on(false, &folds[0])];
+    // Cold start for a new library: no labelled pair of its own, only a compressor trained on
+    // another library (every SkillsBench task for MetaTool; MetaTool's support split for
+    // SkillsBench, `metatool_only` above).
+    let every_sb: Vec<usize> = (0..skillsbench.queries.len()).collect();
+    let skillsbench_all = train_on(false, &every_sb);
 
     let raw_keys = |docs: &[Vec<f32>]| -> Vec<Vec<f32>> {
         docs.iter()
@@ -214,6 +220,18 @@ fn main() {
         "(c) compressed keys, MetaTool-only compressor",
         &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &own)),
     ) + "\n");
+    let bm25_deep = bm25_rankings(&metatool, &mt_test, 100);
+    out += &(row(
+        "(d) cold start: hybrid, RRF of BM25 and raw keys (top 100 each)",
+        &evaluate(&metatool, &mt_test, |q| {
+            rrf(&bm25_deep[&q], &key_ranking_to(&mtq[q], &raw, 100))
+        }),
+    ) + "\n");
+    let foreign = compressed_keys(&skillsbench_all.0, &mt_docs);
+    out += &(row(
+        "(e) cold start: compressed keys, compressor trained on SkillsBench only",
+        &evaluate(&metatool, &mt_test, |q| key_ranking(&mtq[q], &foreign)),
+    ) + "\n");
 
     // SkillsBench, cross-fitted.
     let all_sb: Vec<usize> = (0..skillsbench.queries.len()).collect();
@@ -252,6 +270,18 @@ fn main() {
         &evaluate(&skillsbench, &all_sb, |q| {
             key_ranking(&sbq[q], &own[fold_of(q)])
         }),
+    ) + "\n");
+    let bm25_deep = bm25_rankings(&skillsbench, &all_sb, 100);
+    out += &(row(
+        "(d) cold start: hybrid, RRF of BM25 and raw keys (top 100 each)",
+        &evaluate(&skillsbench, &all_sb, |q| {
+            rrf(&bm25_deep[&q], &key_ranking_to(&sbq[q], &raw, 100))
+        }),
+    ) + "\n");
+    let foreign = compressed_keys(&metatool_only.0, &sb_docs);
+    out += &(row(
+        "(e) cold start: compressed keys, compressor trained on MetaTool only",
+        &evaluate(&skillsbench, &all_sb, |q| key_ranking(&sbq[q], &foreign)),
     ) + "\n");
     out += &format!(
         "\ncompressors: hidden {}, {} epochs, seed {}; best epochs {} and {}; validation MRR raw → trained {:.3} → {:.3} and {:.3} → {:.3}\n",

@@ -31,7 +31,7 @@ use clap::Parser;
 mod multi;
 
 use pg_skills_benches::eval::{
-    bm25_rankings, cached_embeddings, distractors, evaluate, hash, load, row, Dataset,
+    bm25_rankings, cached_embeddings, distractors, evaluate, hash, load, row, rrf, Dataset,
 };
 use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
@@ -98,19 +98,6 @@ fn semantic_top(query: &[f32], keys: &[Vec<f32>], n: usize) -> Vec<(usize, f32)>
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored.truncate(n);
     scored
-}
-
-/// Reciprocal-rank fusion (k = 60, equal weights) of two rankings, the first 10.
-fn rrf(a: &[usize], b: &[usize]) -> Vec<usize> {
-    let mut score: HashMap<usize, f64> = HashMap::new();
-    for list in [a, b] {
-        for (rank, &d) in list.iter().enumerate() {
-            *score.entry(d).or_default() += 1.0 / (60.0 + rank as f64 + 1.0);
-        }
-    }
-    let mut out: Vec<(usize, f64)> = score.into_iter().collect();
-    out.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-    out.into_iter().take(10).map(|(d, _)| d).collect()
 }
 
 /// The KeyOpt ranking of one query: semantic top 10, event recall (when `recall`, and the round
