@@ -114,6 +114,33 @@ pub fn key_ranking_to(query_key: &[f32], doc_keys: &[Vec<f32>], depth: usize) ->
     scored.into_iter().take(depth).map(|(_, i)| i).collect()
 }
 
+/// BM25 scores of the first `depth` results of each query, divided by the query's best score
+/// (so in (0, 1]); documents past `depth` score 0.
+pub fn bm25_normalised_scores(
+    data: &Dataset,
+    queries: &[usize],
+    depth: usize,
+) -> HashMap<usize, HashMap<usize, f32>> {
+    let mut scorer =
+        ReferenceScorer::new(Bm25Params::default(), AnalyzerConfig { stemming: true }).unwrap();
+    for (i, (_, name, description, instructions)) in data.docs.iter().enumerate() {
+        scorer.add(i as i64, name, description, instructions);
+    }
+    queries
+        .iter()
+        .map(|&q| {
+            let hits = scorer.search(&data.queries[q].1, Some(depth), |_| true);
+            let best = hits.iter().map(|h| h.score).fold(0.0f64, f64::max);
+            let scores = hits
+                .into_iter()
+                .filter(|_| best > 0.0)
+                .map(|h| (h.id as usize, (h.score / best) as f32))
+                .collect();
+            (q, scores)
+        })
+        .collect()
+}
+
 /// The first `depth` BM25 results of each query (document indices).
 pub fn bm25_rankings(
     data: &Dataset,

@@ -20,8 +20,8 @@ use std::time::Instant;
 use clap::Parser;
 
 use pg_skills_benches::eval::{
-    bm25_rankings, bucket, cached_embeddings, evaluate, key_ranking, key_ranking_to, load, row, rrf,
-    Dataset,
+    bm25_rankings, bucket, cached_embeddings, evaluate, key_ranking, key_ranking_to, load, row,
+    rrf, Dataset,
 };
 use pg_skills_kernels::compressor::{self, Compressor, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};

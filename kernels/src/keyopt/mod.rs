@@ -222,13 +222,29 @@ impl Round {
         query: &QueryKey,
         event_term: impl Fn(usize) -> f32,
     ) -> Vec<(usize, Parts)> {
+        self.rank_with(skills, query, None, event_term)
+    }
+
+    /// As [`Round::rank`], with the base relevance r(skill) of a round fitted on another r
+    /// than qᵀk0 (`SupportEvent::relevance`); None: qᵀk0.
+    pub fn rank_with(
+        &self,
+        skills: &[usize],
+        query: &QueryKey,
+        relevance: Option<&dyn Fn(usize) -> f32>,
+        event_term: impl Fn(usize) -> f32,
+    ) -> Vec<(usize, Parts)> {
         let mut skills = skills.to_vec();
         skills.sort_unstable();
         let mut parts: Vec<Parts> = skills
             .iter()
-            .map(|&s| Parts {
-                event_term: event_term(s),
-                ..self.read(s, query)
+            .map(|&s| {
+                let read = self.read(s, query);
+                Parts {
+                    relevance: relevance.map_or(read.relevance, |r| self.rho * r(s)),
+                    event_term: event_term(s),
+                    ..read
+                }
             })
             .collect();
         let bounds: Vec<f32> = skills.iter().map(|&s| self.lift_bound[s]).collect();

@@ -31,7 +31,8 @@ use clap::Parser;
 mod multi;
 
 use pg_skills_benches::eval::{
-    bm25_rankings, cached_embeddings, distractors, evaluate, hash, load, row, rrf, Dataset,
+    bm25_normalised_scores, bm25_rankings, cached_embeddings, distractors, evaluate, hash, load,
+    row, rrf, Dataset,
 };
 use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
@@ -109,6 +110,18 @@ fn keyopt_ranking(
     keys: &[Vec<f32>],
     recall: bool,
 ) -> Vec<usize> {
+    keyopt_ranking_with(round, memory, query, keys, recall, None)
+}
+
+/// [`keyopt_ranking`] of a round fitted on another base relevance r(skill) than qᵀk0.
+fn keyopt_ranking_with(
+    round: &Round,
+    memory: &EventMemory,
+    query: &[f32],
+    keys: &[Vec<f32>],
+    recall: bool,
+    relevance: Option<&dyn Fn(usize) -> f32>,
+) -> Vec<usize> {
     let semantic: Vec<i64> = semantic_top(query, keys, 10)
         .into_iter()
         .map(|(d, _)| d as i64)
@@ -131,7 +144,7 @@ fn keyopt_ranking(
         .collect();
     let q = round.query(query);
     round
-        .rank(&pool, &q, |s| event_term(round, &neighbours, s))
+        .rank_with(&pool, &q, relevance, |s| event_term(round, &neighbours, s))
         .into_iter()
         .map(|(d, _)| d)
         .collect()
@@ -154,6 +167,18 @@ fn support_runs(
     doc_keys: &[Vec<f32>],
     seed: u64,
 ) -> Vec<SupportEvent> {
+    support_runs_with(data, queries, query_keys, doc_keys, seed, None)
+}
+
+/// [`support_runs`] with the base relevance r(query, document) of each arm given (None: qᵀk0).
+fn support_runs_with(
+    data: &Dataset,
+    queries: &[usize],
+    query_keys: &[Vec<f32>],
+    doc_keys: &[Vec<f32>],
+    seed: u64,
+    relevance: Option<&dyn Fn(usize, usize) -> f32>,
+) -> Vec<SupportEvent> {
     let doc_index: HashMap<&str, usize> = data
         .docs
         .iter()
@@ -171,18 +196,22 @@ fn support_runs(
                 .flat_map(|r| r.keys())
                 .filter_map(|d| doc_index.get(d.as_str()).copied())
                 .collect();
+            let served: Vec<usize> = semantic_top(&query_keys[q], doc_keys, 10)
+                .into_iter()
+                .map(|(d, _)| d)
+                .collect();
             SupportEvent {
                 key: query_keys[q].clone(),
                 pairing: hash(seed, text),
                 group: hash(seed, text),
-                arms: semantic_top(&query_keys[q], doc_keys, 10)
-                    .into_iter()
-                    .map(|(d, _)| Arm {
+                arms: served
+                    .iter()
+                    .map(|&d| Arm {
                         skill: d as i64,
                         passed: relevant.contains(&d),
                     })
                     .collect(),
-                relevance: None,
+                relevance: relevance.map(|r| served.iter().map(|&d| r(q, d)).collect()),
                 set: None,
             }
         })
@@ -664,6 +693,83 @@ fn skillsbench_multi(
     out
 }
 
+/// Weights w of the BM25 share in the base relevance r = qᵀk0 + w·BM25(q, d)/best BM25(q).
+const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
+
+/// KeyOpt with the base relevance r = qᵀk0 + w·BM25 (normalised per query) for each w of
+/// [`BM25_SHARES`]: each round is fitted and read with its own r. `splits` are (support, test)
+/// query sets (one for MetaTool; the two folds for SkillsBench). The fit's cross-validated
+/// held-out pair accuracy (best setting) is what a round would choose w by.
+fn base_relevance(
+    data: &Dataset,
+    query_keys: &[Vec<f32>],
+    doc_keys: &[Vec<f32>],
+    splits: &[(Vec<usize>, Vec<usize>)],
+    seed: u64,
+) -> String {
+    let all: Vec<usize> = (0..data.queries.len()).collect();
+    let bm25 = bm25_normalised_scores(data, &all, 100);
+    let mut out = String::from(
+        "| base relevance r | CV pair accuracy, r alone / best setting (per split) | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |\n|---|---|---|---|---|---|\n",
+    );
+    let bm25 = &bm25;
+    for &w in &BM25_SHARES {
+        let r = move |q: usize, d: usize| -> f32 {
+            dot(&query_keys[q], &doc_keys[d]) + w * bm25[&q].get(&d).copied().unwrap_or(0.0)
+        };
+        let mut cv = Vec::new();
+        let mut rounds = Vec::new();
+        for (support, _) in splits {
+            let events = support_runs_with(data, support, query_keys, doc_keys, seed, Some(&r));
+            let fitted = fit(doc_keys, &events, &fit_options());
+            let best = fitted
+                .report
+                .cv
+                .iter()
+                .map(|c| c.accuracy)
+                .fold(0.0f64, f64::max);
+            cv.push(format!(
+                "{:.3} / {:.3}{}",
+                fitted.report.relevance_only_accuracy,
+                best,
+                if fitted.report.corrections {
+                    ""
+                } else {
+                    " (neutral)"
+                }
+            ));
+            rounds.push((Round::new(doc_keys, &fitted), memory_of(&events)));
+        }
+        let tests: Vec<usize> = splits.iter().flat_map(|s| s.1.iter().copied()).collect();
+        let split_of = |q: usize| {
+            splits
+                .iter()
+                .position(|s| s.1.contains(&q))
+                .expect("a test query")
+        };
+        let metrics = evaluate(data, &tests, |q| {
+            let (round, memory) = &rounds[split_of(q)];
+            let of_query = |d: usize| r(q, d);
+            keyopt_ranking_with(
+                round,
+                memory,
+                &query_keys[q],
+                doc_keys,
+                true,
+                Some(&of_query),
+            )
+        });
+        let name = if w == 0.0 {
+            "qᵀk0 (today)".to_string()
+        } else {
+            format!("qᵀk0 + {w}·BM25")
+        };
+        out += &row(&name, &metrics).replacen(" | ", &format!(" | {} | ", cv.join(", ")), 1);
+        out += "\n";
+    }
+    out
+}
+
 fn main() {
     let args = Args::parse();
     let mut options = FitOptions::default();
@@ -734,6 +840,15 @@ fn main() {
     };
     out += &methods.table(&test, |_| (&round, &memory));
     eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
+    out += "\nBase relevance r of the KeyOpt rounds (MetaTool, same split):\n\n";
+    out += &base_relevance(
+        &metatool,
+        &query_keys,
+        &doc_keys,
+        &[(support.clone(), test.clone())],
+        args.seed,
+    );
+    eprintln!("MetaTool r done ({:.0} s)", started.elapsed().as_secs_f64());
     out += &metatool_pairs(&encoder, &metatool, &doc_keys, &support, &test, args.seed);
     eprintln!(
         "MetaTool pairs done ({:.0} s)",
@@ -790,6 +905,17 @@ fn main() {
             let (round, memory) = &rounds[fold_of(q)];
             (round, memory)
         });
+        out += "\nBase relevance r of the KeyOpt rounds (SkillsBench, same folds):\n\n";
+        out += &base_relevance(
+            &skillsbench,
+            &query_keys,
+            &doc_keys,
+            &[
+                (folds[1].clone(), folds[0].clone()),
+                (folds[0].clone(), folds[1].clone()),
+            ],
+            args.seed,
+        );
         out += &skillsbench_multi(&skillsbench, &doc_keys, &query_keys, fold_of, args.seed);
     }
     out += &format!("\ntotal {:.0} s\n", started.elapsed().as_secs_f64());
