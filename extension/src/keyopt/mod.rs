@@ -14,7 +14,7 @@ use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::keyopt::fit::{self as fitting, FitOptions, SetOutcome, SupportEvent};
 use pg_skills_kernels::keyopt::{pack, packed_len, Arm};
-use pg_skills_kernels::vector::KEY_DIM;
+use pg_skills_kernels::vector::{dot, KEY_DIM};
 
 use crate::errors::raise;
 
@@ -109,6 +109,62 @@ fn recorded_runs() -> Vec<RecordedRun> {
     })
 }
 
+/// Fits with the base relevance r = qᵀk0 + w·BM25(q, s)/best BM25(q) for each w of
+/// `BM25_SHARES` and keeps the fit whose served ranking cross-validation scores best (ties: the
+/// smaller w). Without a discordant pair only w = 0 is fitted (the round is neutral anyway).
+/// Returns the fit, its w, and what each w scored (for the round's report).
+fn fit_choosing_bm25_share(
+    skill_keys: &[Vec<f32>],
+    keys: &[(i64, String, Vec<f32>)],
+    events: Vec<(SupportEvent, &str)>,
+) -> (fitting::Fitted, f32, Vec<serde_json::Value>) {
+    let options = FitOptions::default();
+    let plain: Vec<SupportEvent> = events.iter().map(|(e, _)| e.clone()).collect();
+    let first = fitting::fit(skill_keys, &plain, &options);
+    let tried = |w: f32, f: &fitting::Fitted| serde_json::json!({"bm25_share": w, "served_accuracy": f.report.served_accuracy()});
+    if first.report.discordant_groups == 0 {
+        let report = vec![tried(0.0, &first)];
+        return (first, 0.0, report);
+    }
+    // BM25 of every distinct task over all skills, normalised by the task's best score.
+    let mut bm25: HashMap<&str, HashMap<i64, f32>> = HashMap::new();
+    for (_, task) in &events {
+        if !bm25.contains_key(task) {
+            pg_sys::check_for_interrupts!();
+            bm25.insert(task, crate::search::rank::bm25_normalised(task));
+        }
+    }
+    let mut fits = vec![first];
+    for &w in &fitting::BM25_SHARES[1..] {
+        let mixed: Vec<SupportEvent> = events
+            .iter()
+            .map(|(e, task)| {
+                let r = |skill: i64| -> f32 {
+                    let (id, _, k0) = &keys[skill as usize];
+                    dot(&e.key, k0) + w * bm25[task].get(id).copied().unwrap_or(0.0)
+                };
+                SupportEvent {
+                    relevance: Some(e.arms.iter().map(|a| r(a.skill)).collect()),
+                    set: e.set.as_ref().map(|s| SetOutcome {
+                        relevance: Some(s.skills.iter().map(|&m| r(m)).collect()),
+                        ..s.clone()
+                    }),
+                    ..e.clone()
+                }
+            })
+            .collect();
+        pg_sys::check_for_interrupts!();
+        fits.push(fitting::fit(skill_keys, &mixed, &options));
+    }
+    let report: Vec<serde_json::Value> = fitting::BM25_SHARES
+        .iter()
+        .zip(&fits)
+        .map(|(&w, f)| tried(w, f))
+        .collect();
+    let (chosen, fitted) = fitting::best_of(fits, options.min_gain_se);
+    (fitted, fitting::BM25_SHARES[chosen], report)
+}
+
 /// `skills.fit(trigger, activate)`: fits a round from every usable run and stores it, labelled
 /// `trigger` (the fitter worker's say "schedule"); `activate` publishes it. Returns the round.
 #[pg_extern(volatile)]
@@ -150,7 +206,7 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
         }
     };
     // Arms of skills without a current key cannot be read at query time: they are left out.
-    let events: Vec<SupportEvent> = runs
+    let events: Vec<(SupportEvent, &str)> = runs
         .iter()
         .map(|r| {
             let usable: Vec<(i64, usize, Option<bool>)> = r
@@ -168,7 +224,7 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
                     ids.map(|skill| scores[&skill]).collect()
                 })
             };
-            SupportEvent {
+            let event = SupportEvent {
                 key: r.key.clone(),
                 pairing: r.pairing,
                 group: r.group,
@@ -185,17 +241,32 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
                     passed,
                     relevance: relevance_of(&mut usable.iter().map(|u| u.0)),
                 }),
-            }
+            };
+            (event, r.task.as_str())
         })
-        .filter(|e| !e.arms.is_empty() || e.set.is_some())
+        .filter(|(e, _)| !e.arms.is_empty() || e.set.is_some())
         .collect();
     let skill_keys: Vec<Vec<f32>> = keys.iter().map(|k| k.2.clone()).collect();
     pg_sys::check_for_interrupts!();
-    let fitted = fitting::fit(&skill_keys, &events, &FitOptions::default());
+    let (fitted, bm25_share, shares_tried) = match &function {
+        // A relevance function's r is the user's choice.
+        Some(_) => {
+            let events: Vec<SupportEvent> = events.into_iter().map(|(e, _)| e).collect();
+            (
+                fitting::fit(&skill_keys, &events, &FitOptions::default()),
+                0.0,
+                Vec::new(),
+            )
+        }
+        None => fit_choosing_bm25_share(&skill_keys, &keys, events),
+    };
     pg_sys::check_for_interrupts!();
     let max_event = runs.iter().map(|r| r.id).max();
     let mut report = fitted.report.to_json();
     report["skills"] = keys.len().into();
+    report["bm25_shares_tried"] = shares_tried.into();
+    let mut settings = fitted.settings.to_json();
+    settings["bm25_share"] = bm25_share.into();
     let round: i32 = crate::spi::write_one(
         "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger, \
                                           relevance_function) \
@@ -204,7 +275,7 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
             max_event.into(),
             fitted.rho.into(),
             fitted.mu.clone().into(),
-            pgrx::JsonB(fitted.settings.to_json()).into(),
+            pgrx::JsonB(settings).into(),
             pgrx::JsonB(report.clone()).into(),
             trigger.into(),
             function.clone().into(),

@@ -36,6 +36,8 @@ struct ActiveRound {
     corrections: bool,
     /// The function that gave r when the round was fitted (None: qᵀk0).
     relevance_function: Option<String>,
+    /// w of r = qᵀk0 + w·BM25 / best BM25, chosen by the fit (0: the key score alone).
+    bm25_share: f32,
 }
 
 fn active_round() -> Option<ActiveRound> {
@@ -64,6 +66,7 @@ fn active_round() -> Option<ActiveRound> {
                 max_event_id: row.get::<i64>(5)?,
                 corrections: row.get::<bool>(6)?.unwrap_or(false),
                 relevance_function: row.get::<String>(7)?,
+                bm25_share: number("bm25_share"),
             });
         }
         Ok::<_, pgrx::spi::Error>(out)
@@ -339,6 +342,14 @@ pub fn ranked(
         for (id, r) in relevance::scores(f, query, &ids) {
             if let Some(entry) = info.get_mut(&id) {
                 entry.1 = r;
+            }
+        }
+    } else if let Some(w) = round.as_ref().map(|r| r.bm25_share).filter(|&w| w > 0.0) {
+        // The round's r mixes in BM25, as its fit chose.
+        let bm25 = crate::search::rank::bm25_normalised(query);
+        for &(id, _) in &pool {
+            if let Some(entry) = info.get_mut(&id) {
+                entry.1 += w * bm25.get(&id).copied().unwrap_or(0.0);
             }
         }
     }

@@ -68,6 +68,22 @@ fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> V
     )
 }
 
+/// Depth of the BM25 list a KeyOpt base relevance mixes in (skills below it add 0).
+pub const BM25_RELEVANCE_DEPTH: usize = 100;
+
+/// BM25 of the query's first [`BM25_RELEVANCE_DEPTH`] skills over every category, divided by the
+/// best score: the BM25 part of a KeyOpt base relevance (`keyopt::fit::BM25_SHARES`).
+pub fn bm25_normalised(query: &str) -> HashMap<i64, f32> {
+    let hits = bm25(query, None, Some(BM25_RELEVANCE_DEPTH));
+    let best = hits.iter().map(|h| h.1).fold(0.0f64, f64::max);
+    if best <= 0.0 {
+        return HashMap::new();
+    }
+    hits.into_iter()
+        .map(|(id, score)| (id, (score / best) as f32))
+        .collect()
+}
+
 /// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>`, which the
 /// planner serves from the skeys index when there is one. Skills without a key yet are absent.
 pub fn semantic(

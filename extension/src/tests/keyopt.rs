@@ -113,6 +113,55 @@ mod tests {
         );
     }
 
+    /// A fit tries the base relevances r = qᵀk0 + w·BM25/best BM25 and records what each
+    /// scored and which it chose; a reading of a round with w > 0 serves exactly that r.
+    #[pg_test]
+    fn the_round_records_its_base_relevance_and_the_reading_uses_it() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        record_bisect_runs(&ids);
+        let round: i32 = one("SELECT skills.fit()");
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT report FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        let tried = report.0["bm25_shares_tried"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(tried.len(), 4, "{}", report.0);
+        let share: f64 = one(&format!(
+            "SELECT (settings ->> 'bm25_share')::float8 FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert!(
+            tried
+                .iter()
+                .any(|t| (t["bm25_share"].as_f64().unwrap() - share).abs() < 1e-6),
+            "{share} not among {tried:?}"
+        );
+        // Read with w = 0.25 whatever was chosen: r of each served skill is q·k0 plus a quarter
+        // of its BM25 score over the query's best.
+        exec(&format!(
+            "UPDATE skills.keyopt_round SET settings = jsonb_set(settings, '{{bm25_share}}', '0.25') \
+             WHERE round = {round}"
+        ));
+        let q = "'my tests fail since I merged a branch'";
+        let rho: f64 = one(&format!(
+            "SELECT rho::float8 FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        let checked: i64 = one(&format!(
+            "WITH k AS (SELECT id, semantic FROM skills.search({q}, k => 5, method => 'keyopt')), \
+                  s AS (SELECT id, score FROM skills.search({q}, k => 100, method => 'semantic')), \
+                  b AS (SELECT id, score / max(score) OVER () AS score \
+                        FROM skills.search({q}, k => 100, method => 'bm25')) \
+             SELECT count(*) FROM k JOIN s USING (id) LEFT JOIN b USING (id) \
+             WHERE abs(k.semantic - {rho} * (s.score + 0.25 * coalesce(b.score, 0))) < 1e-3"
+        ));
+        assert_eq!(checked, 5, "every served row's r mixes in BM25 at w = 0.25");
+    }
+
     #[pg_test]
     fn recorded_outcomes_change_the_ranking_and_rounds_roll_back() {
         if !have_model() {

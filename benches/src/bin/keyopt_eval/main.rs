@@ -36,7 +36,7 @@ use pg_skills_benches::eval::{
 };
 use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
-use pg_skills_kernels::keyopt::fit::{fit, FitOptions, Fitted, SupportEvent};
+use pg_skills_kernels::keyopt::fit::{best_of, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES};
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
 use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
 use pg_skills_kernels::keyopt::simulate::{spearman, World};
@@ -693,9 +693,6 @@ fn skillsbench_multi(
     out
 }
 
-/// Weights w of the BM25 share in the base relevance r = qᵀk0 + w·BM25(q, d)/best BM25(q).
-const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
-
 /// KeyOpt with the base relevance r = qᵀk0 + w·BM25 (normalised per query) for each w of
 /// [`BM25_SHARES`]: each round is fitted and read with its own r. `splits` are (support, test)
 /// query sets (one for MetaTool; the two folds for SkillsBench). The fit's cross-validated
@@ -709,47 +706,50 @@ fn base_relevance(
 ) -> String {
     let all: Vec<usize> = (0..data.queries.len()).collect();
     let bm25 = bm25_normalised_scores(data, &all, 100);
-    let mut out = String::from(
-        "| base relevance r | CV pair accuracy, r alone / best setting (per split) | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |\n|---|---|---|---|---|---|\n",
-    );
     let bm25 = &bm25;
-    for &w in &BM25_SHARES {
-        let r = move |q: usize, d: usize| -> f32 {
+    let r = |w: f32| {
+        move |q: usize, d: usize| -> f32 {
             dot(&query_keys[q], &doc_keys[d]) + w * bm25[&q].get(&d).copied().unwrap_or(0.0)
-        };
-        let mut cv = Vec::new();
-        let mut rounds = Vec::new();
-        for (support, _) in splits {
-            let events = support_runs_with(data, support, query_keys, doc_keys, seed, Some(&r));
-            let fitted = fit(doc_keys, &events, &fit_options());
-            let best = fitted
-                .report
-                .cv
-                .iter()
-                .map(|c| c.accuracy)
-                .fold(0.0f64, f64::max);
-            cv.push(format!(
-                "{:.3} / {:.3}{}",
-                fitted.report.relevance_only_accuracy,
-                best,
-                if fitted.report.corrections {
-                    ""
-                } else {
-                    " (neutral)"
-                }
-            ));
-            rounds.push((Round::new(doc_keys, &fitted), memory_of(&events)));
         }
-        let tests: Vec<usize> = splits.iter().flat_map(|s| s.1.iter().copied()).collect();
-        let split_of = |q: usize| {
+    };
+    // Per w, per split: the fit, its round and memory.
+    let fitted: Vec<Vec<(Fitted, Round, EventMemory)>> = BM25_SHARES
+        .iter()
+        .map(|&w| {
+            let rw = r(w);
             splits
                 .iter()
-                .position(|s| s.1.contains(&q))
-                .expect("a test query")
-        };
-        let metrics = evaluate(data, &tests, |q| {
-            let (round, memory) = &rounds[split_of(q)];
-            let of_query = |d: usize| r(q, d);
+                .map(|(support, _)| {
+                    let events =
+                        support_runs_with(data, support, query_keys, doc_keys, seed, Some(&rw));
+                    let f = fit(doc_keys, &events, &fit_options());
+                    let round = Round::new(doc_keys, &f);
+                    (f, round, memory_of(&events))
+                })
+                .collect()
+        })
+        .collect();
+    // What skills.fit() would choose per split (the same rule: `best_of`).
+    let chosen: Vec<usize> = (0..splits.len())
+        .map(|s| {
+            let fits: Vec<Fitted> = fitted.iter().map(|per_w| per_w[s].0.clone()).collect();
+            best_of(fits, fit_options().min_gain_se).0
+        })
+        .collect();
+    let tests: Vec<usize> = splits.iter().flat_map(|s| s.1.iter().copied()).collect();
+    let split_of = |q: usize| {
+        splits
+            .iter()
+            .position(|s| s.1.contains(&q))
+            .expect("a test query")
+    };
+    let metrics_of = |w_of_split: &dyn Fn(usize) -> usize| {
+        evaluate(data, &tests, |q| {
+            let s = split_of(q);
+            let w = w_of_split(s);
+            let (_, round, memory) = &fitted[w][s];
+            let rw = r(BM25_SHARES[w]);
+            let of_query = |d: usize| rw(q, d);
             keyopt_ranking_with(
                 round,
                 memory,
@@ -758,15 +758,55 @@ fn base_relevance(
                 true,
                 Some(&of_query),
             )
-        });
+        })
+    };
+    let mut out = String::from(
+        "| base relevance r | CV pair accuracy, r alone / best setting (per split) | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |\n|---|---|---|---|---|---|\n",
+    );
+    for (i, &w) in BM25_SHARES.iter().enumerate() {
+        let cv: Vec<String> = fitted[i]
+            .iter()
+            .map(|(f, _, _)| {
+                let best = f
+                    .report
+                    .cv
+                    .iter()
+                    .map(|c| c.accuracy)
+                    .fold(0.0f64, f64::max);
+                format!(
+                    "{:.3} / {:.3}{}",
+                    f.report.relevance_only_accuracy,
+                    best,
+                    if f.report.corrections {
+                        ""
+                    } else {
+                        " (neutral)"
+                    }
+                )
+            })
+            .collect();
         let name = if w == 0.0 {
-            "qᵀk0 (today)".to_string()
+            "qᵀk0".to_string()
         } else {
             format!("qᵀk0 + {w}·BM25")
         };
-        out += &row(&name, &metrics).replacen(" | ", &format!(" | {} | ", cv.join(", ")), 1);
+        out += &row(&name, &metrics_of(&|_| i)).replacen(
+            " | ",
+            &format!(" | {} | ", cv.join(", ")),
+            1,
+        );
         out += "\n";
     }
+    let names: Vec<String> = chosen
+        .iter()
+        .map(|&i| format!("w {}", BM25_SHARES[i]))
+        .collect();
+    out += &row(
+        "**chosen by the fit's CV** (`skills.fit()`'s rule)",
+        &metrics_of(&|s| chosen[s]),
+    )
+    .replacen(" | ", &format!(" | {} | ", names.join(", ")), 1);
+    out += "\n";
     out
 }
 

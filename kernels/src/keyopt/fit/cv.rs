@@ -28,15 +28,27 @@ fn pair_accuracy(group: &Group, scores: &[f32]) -> f64 {
     right / total
 }
 
-/// The grid's held-out accuracy per setting, the number of held-out groups, and the accuracy of
-/// the first-stage score alone on the same groups.
+/// What cross-validation measured.
+pub(super) struct CvOutcome {
+    /// Held-out accuracy per setting of the grid.
+    pub results: Vec<CvResult>,
+    pub held_out: usize,
+    /// Accuracy of the first-stage score alone on the same groups.
+    pub relevance_only: f64,
+    /// Per held-out group (in a fixed order: the same runs give the same order whatever r is),
+    /// the accuracy of r alone, and of each setting (`per_group[setting][group]`).
+    pub per_group_relevance: Vec<f64>,
+    pub per_group: Vec<Vec<f32>>,
+}
+
+/// The grid's held-out accuracy per setting, and per held-out group.
 pub(super) fn cross_validate(
     groups: &[Group],
     events: &[SupportEvent],
     n: usize,
     dim: usize,
     options: &FitOptions,
-) -> (Vec<CvResult>, usize, f64) {
+) -> CvOutcome {
     let folds = options.folds.max(2);
     let fold_of =
         |g: &Group| (SplitMix64(g.fold_key ^ options.seed).next_u64() % folds as u64) as usize;
@@ -45,6 +57,8 @@ pub(super) fn cross_validate(
     kappas.sort_by(f32::total_cmp);
     kappas.dedup();
     let mut sums = vec![0.0f64; grid.len()];
+    let mut per_group_relevance: Vec<f64> = Vec::new();
+    let mut per_group: Vec<Vec<f32>> = vec![Vec::new(); grid.len()];
     // Per setting, Σ and Σ² of its per-group gain over r alone (for the gain's standard error).
     let mut gains = vec![(0.0f64, 0.0f64); grid.len()];
     let mut relevance_sum = 0.0;
@@ -119,6 +133,7 @@ pub(super) fn cross_validate(
                 .collect();
             let relevance_accuracy = pair_accuracy(group, &group.relevance);
             relevance_sum += relevance_accuracy;
+            per_group_relevance.push(relevance_accuracy);
             held_out += 1;
             let mut parts = vec![Parts::default(); group.skills.len()];
             let mut scores = vec![0.0f32; group.skills.len()];
@@ -147,6 +162,7 @@ pub(super) fn cross_validate(
                 }
                 let accuracy = pair_accuracy(group, &scores);
                 sums[i] += accuracy;
+                per_group[i].push(accuracy as f32);
                 let gain = accuracy - relevance_accuracy;
                 gains[i].0 += gain;
                 gains[i].1 += gain * gain;
@@ -173,5 +189,11 @@ pub(super) fn cross_validate(
             }
         })
         .collect();
-    (cv, held_out, relevance_sum / held_out.max(1) as f64)
+    CvOutcome {
+        results: cv,
+        held_out,
+        relevance_only: relevance_sum / held_out.max(1) as f64,
+        per_group_relevance,
+        per_group,
+    }
 }

@@ -211,6 +211,10 @@ pub struct FitReport {
     pub best_gain: f64,
     pub best_gain_se: f64,
     pub cv: Vec<CvResult>,
+    /// Held-out accuracy per group of what the round serves (its chosen setting, or r alone
+    /// when neutral), in the fixed group order: fits of the same runs under another r compare
+    /// group by group ([`best_of`]).
+    pub served_per_group: Vec<f64>,
     pub chosen: Option<Settings>,
     /// False when cross-validation kept the first-stage ranking (no correction beat it).
     pub corrections: bool,
@@ -246,6 +250,63 @@ impl FitReport {
             "settings_tried": self.cv.len(),
         })
     }
+}
+
+impl FitReport {
+    /// Cross-validated pair accuracy of what the round serves: the chosen setting's, or r
+    /// alone's when the round is neutral.
+    pub fn served_accuracy(&self) -> f64 {
+        let best = self
+            .cv
+            .iter()
+            .map(|c| c.accuracy)
+            .fold(f64::NEG_INFINITY, f64::max);
+        if self.corrections && best.is_finite() {
+            best
+        } else {
+            self.relevance_only_accuracy
+        }
+    }
+}
+
+/// Shares w of BM25 a fit tries in the base relevance r = qᵀk0 + w·BM25(q, s) / best BM25(q)
+/// (benches/RESULTS.md, "The base relevance r"): w = 0 is the key score alone.
+pub const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
+
+/// Of fits of the same runs under different base relevances (the first is the default r), the
+/// one whose served ranking cross-validation scores best, where another r than the first must
+/// beat the first by more than `min_gain_se` standard errors of the per-group difference (the
+/// same evidence rule as for using corrections at all); ties go to the earlier. Returns its
+/// position and the fit.
+pub fn best_of(fits: Vec<Fitted>, min_gain_se: f64) -> (usize, Fitted) {
+    let baseline = fits
+        .first()
+        .expect("at least one fit")
+        .report
+        .served_per_group
+        .clone();
+    let clears_the_baseline = |f: &Fitted| -> bool {
+        let groups = &f.report.served_per_group;
+        if groups.len() != baseline.len() || groups.len() < 2 {
+            return false;
+        }
+        let n = groups.len() as f64;
+        let diff: Vec<f64> = groups.iter().zip(&baseline).map(|(a, b)| a - b).collect();
+        let mean = diff.iter().sum::<f64>() / n;
+        let variance = diff.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        mean > (min_gain_se * (variance / n).sqrt()).max(1e-12)
+    };
+    let mut best: Option<(usize, Fitted)> = None;
+    for (i, f) in fits.into_iter().enumerate() {
+        let eligible = i == 0 || clears_the_baseline(&f);
+        let better = best
+            .as_ref()
+            .is_none_or(|(_, b)| f.report.served_accuracy() > b.report.served_accuracy() + 1e-12);
+        if eligible && better {
+            best = Some((i, f));
+        }
+    }
+    best.expect("the first fit is always eligible")
 }
 
 /// A fitted round before packing: per skill (index order) β and Δk.
@@ -318,10 +379,11 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
     }
 
     // Cross-validation over folds of source questions.
-    let (cv, held_out, relevance_only) = cross_validate(&groups, events, n, dim, options);
-    report.held_out_groups = held_out;
-    report.relevance_only_accuracy = relevance_only;
-    report.cv = cv;
+    let outcome = cross_validate(&groups, events, n, dim, options);
+    report.held_out_groups = outcome.held_out;
+    report.relevance_only_accuracy = outcome.relevance_only;
+    report.cv = outcome.results;
+    report.served_per_group = outcome.per_group_relevance.clone();
     let best = report
         .cv
         .iter()
@@ -341,12 +403,16 @@ pub fn fit(skill_keys: &[Vec<f32>], events: &[SupportEvent], options: &FitOption
     // The grid is weakest first: the first setting that reaches the best wins the tie. (Not
     // the weakest within a standard error: pair accuracy is flat near the best while Hit@1 is
     // not, and on large histories that rule gave up a tenth of the planted-truth Hit@1.)
-    let chosen = report
+    let chosen_at = report
         .cv
         .iter()
-        .find(|c| c.accuracy >= best.accuracy - options.tie_tolerance)
-        .map(|c| c.settings)
-        .unwrap_or(best.settings);
+        .position(|c| c.accuracy >= best.accuracy - options.tie_tolerance)
+        .unwrap_or(0);
+    let chosen = report.cv[chosen_at].settings;
+    report.served_per_group = outcome.per_group[chosen_at]
+        .iter()
+        .map(|&a| a as f64)
+        .collect();
     report.chosen = Some(chosen);
     report.corrections = true;
 
@@ -420,6 +486,48 @@ mod tests {
         assert_eq!(pairs, vec![(0, 1, 4.0), (0, 2, 2.0), (2, 1, 2.0)]);
         assert!(groups[1].pairs.is_empty());
         assert!((groups[0].relevance[2] - 0.6).abs() < 1e-6);
+    }
+
+    /// Another base relevance replaces the default only when its per-group gain is clear: a
+    /// consistent gain wins, a larger but noisy one does not.
+    #[test]
+    fn another_base_relevance_must_clearly_beat_the_default() {
+        let neutral = |per_group: Vec<f64>| {
+            let mean = per_group.iter().sum::<f64>() / per_group.len() as f64;
+            Fitted {
+                rho: 1.0,
+                mu: Vec::new(),
+                beta: Vec::new(),
+                dk: Vec::new(),
+                lift_bound: Vec::new(),
+                settings: Settings::NONE,
+                report: FitReport {
+                    relevance_only_accuracy: mean,
+                    served_per_group: per_group,
+                    ..FitReport::default()
+                },
+            }
+        };
+        let baseline = vec![0.5; 12];
+        // +0.1 on every group; +0.25 on average but +1.5 on two groups and −0.05 elsewhere.
+        let consistent: Vec<f64> = baseline.iter().map(|b| b + 0.1).collect();
+        let noisy: Vec<f64> = (0..12)
+            .map(|g| if g < 2 { 1.0 + 0.5 } else { 0.45 })
+            .collect();
+        let (i, _) = best_of(
+            vec![
+                neutral(baseline.clone()),
+                neutral(noisy.clone()),
+                neutral(consistent.clone()),
+            ],
+            2.0,
+        );
+        assert_eq!(i, 2);
+        let (i, _) = best_of(vec![neutral(baseline.clone()), neutral(noisy)], 2.0);
+        assert_eq!(i, 0, "a gain carried by two groups is not clear");
+        // Equal served accuracy: the default stays.
+        let (i, _) = best_of(vec![neutral(baseline.clone()), neutral(baseline)], 2.0);
+        assert_eq!(i, 0);
     }
 
     /// Runs that passed or failed as a whole: a passing and a failing set of the same task
