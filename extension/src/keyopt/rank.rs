@@ -354,8 +354,8 @@ pub fn ranked(
         }
     }
 
-    // Rows with their lift bounds: with no round (or no row fitted on the skill's current
-    // content) nothing is corrected and the bound never acts.
+    // Rows with their lift bounds: with no round nothing is corrected (no bound); a skill the
+    // round has no row for on its current content gets bound 0, so nothing lifts it.
     let mut rows: Vec<(i64, Parts, bool, f32)> = match &round {
         None => pool
             .iter()
