@@ -9,6 +9,7 @@ use crate::beir::{read_qrels, read_queries, Qrels};
 use crate::metrics::{mean, query_metrics, Metrics};
 use pg_skills_kernels::bm25::{Bm25Params, ReferenceScorer};
 use pg_skills_kernels::encoder::Encoder;
+use pg_skills_kernels::keyopt::fit::bm25_relevance_part;
 use pg_skills_kernels::text::AnalyzerConfig;
 use pg_skills_kernels::vector::dot;
 
@@ -114,31 +115,40 @@ pub fn key_ranking_to(query_key: &[f32], doc_keys: &[Vec<f32>], depth: usize) ->
     scored.into_iter().take(depth).map(|(_, i)| i).collect()
 }
 
-/// BM25 scores of the first `depth` results of each query, divided by the query's best score
-/// (so in (0, 1]); documents past `depth` score 0.
+/// The BM25 part of KeyOpt's mixed base relevance for each query
+/// (`keyopt::fit::bm25_relevance_part` of its first `depth` results); documents past `depth`
+/// have no entry (0).
 pub fn bm25_normalised_scores(
     data: &Dataset,
     queries: &[usize],
     depth: usize,
 ) -> HashMap<usize, HashMap<usize, f32>> {
+    let mut scorer = reference_scorer(data);
+    queries
+        .iter()
+        .map(|&q| {
+            let hits: Vec<(i64, f64)> = scorer
+                .search(&data.queries[q].1, Some(depth), |_| true)
+                .into_iter()
+                .map(|h| (h.id, h.score))
+                .collect();
+            let part = bm25_relevance_part(&hits)
+                .into_iter()
+                .map(|(id, r)| (id as usize, r))
+                .collect();
+            (q, part)
+        })
+        .collect()
+}
+
+/// The reference BM25 scorer (the extension's defaults) over a dataset's documents, by index.
+fn reference_scorer(data: &Dataset) -> ReferenceScorer {
     let mut scorer =
         ReferenceScorer::new(Bm25Params::default(), AnalyzerConfig { stemming: true }).unwrap();
     for (i, (_, name, description, instructions)) in data.docs.iter().enumerate() {
         scorer.add(i as i64, name, description, instructions);
     }
-    queries
-        .iter()
-        .map(|&q| {
-            let hits = scorer.search(&data.queries[q].1, Some(depth), |_| true);
-            let best = hits.iter().map(|h| h.score).fold(0.0f64, f64::max);
-            let scores = hits
-                .into_iter()
-                .filter(|_| best > 0.0)
-                .map(|h| (h.id as usize, (h.score / best) as f32))
-                .collect();
-            (q, scores)
-        })
-        .collect()
+    scorer
 }
 
 /// The first `depth` BM25 results of each query (document indices).
@@ -147,11 +157,7 @@ pub fn bm25_rankings(
     queries: &[usize],
     depth: usize,
 ) -> HashMap<usize, Vec<usize>> {
-    let mut scorer =
-        ReferenceScorer::new(Bm25Params::default(), AnalyzerConfig { stemming: true }).unwrap();
-    for (i, (_, name, description, instructions)) in data.docs.iter().enumerate() {
-        scorer.add(i as i64, name, description, instructions);
-    }
+    let mut scorer = reference_scorer(data);
     queries
         .iter()
         .map(|&q| {

@@ -116,11 +116,11 @@ fn recorded_runs() -> Vec<RecordedRun> {
 fn fit_choosing_bm25_share(
     skill_keys: &[Vec<f32>],
     keys: &[(i64, String, Vec<f32>)],
-    events: Vec<(SupportEvent, &str)>,
+    events: &[SupportEvent],
+    tasks: &[&str],
 ) -> (fitting::Fitted, f32, Vec<serde_json::Value>) {
     let options = FitOptions::default();
-    let plain: Vec<SupportEvent> = events.iter().map(|(e, _)| e.clone()).collect();
-    let first = fitting::fit(skill_keys, &plain, &options);
+    let first = fitting::fit(skill_keys, events, &options);
     let tried = |w: f32, f: &fitting::Fitted| serde_json::json!({"bm25_share": w, "served_accuracy": f.report.served_accuracy()});
     if first.report.discordant_groups == 0 {
         let report = vec![tried(0.0, &first)];
@@ -128,7 +128,7 @@ fn fit_choosing_bm25_share(
     }
     // BM25 of every distinct task over all skills, normalised by the task's best score.
     let mut bm25: HashMap<&str, HashMap<i64, f32>> = HashMap::new();
-    for (_, task) in &events {
+    for &task in tasks {
         if !bm25.contains_key(task) {
             pg_sys::check_for_interrupts!();
             bm25.insert(task, crate::search::rank::bm25_normalised(task));
@@ -138,6 +138,7 @@ fn fit_choosing_bm25_share(
     for &w in &fitting::BM25_SHARES[1..] {
         let mixed: Vec<SupportEvent> = events
             .iter()
+            .zip(tasks)
             .map(|(e, task)| {
                 let r = |skill: i64| -> f32 {
                     let (id, _, k0) = &keys[skill as usize];
@@ -206,7 +207,7 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
         }
     };
     // Arms of skills without a current key cannot be read at query time: they are left out.
-    let events: Vec<(SupportEvent, &str)> = runs
+    let (events, tasks): (Vec<SupportEvent>, Vec<&str>) = runs
         .iter()
         .map(|r| {
             let usable: Vec<(i64, usize, Option<bool>)> = r
@@ -245,20 +246,17 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
             (event, r.task.as_str())
         })
         .filter(|(e, _)| !e.arms.is_empty() || e.set.is_some())
-        .collect();
+        .unzip();
     let skill_keys: Vec<Vec<f32>> = keys.iter().map(|k| k.2.clone()).collect();
     pg_sys::check_for_interrupts!();
     let (fitted, bm25_share, shares_tried) = match &function {
         // A relevance function's r is the user's choice.
-        Some(_) => {
-            let events: Vec<SupportEvent> = events.into_iter().map(|(e, _)| e).collect();
-            (
-                fitting::fit(&skill_keys, &events, &FitOptions::default()),
-                0.0,
-                Vec::new(),
-            )
-        }
-        None => fit_choosing_bm25_share(&skill_keys, &keys, events),
+        Some(_) => (
+            fitting::fit(&skill_keys, &events, &FitOptions::default()),
+            0.0,
+            Vec::new(),
+        ),
+        None => fit_choosing_bm25_share(&skill_keys, &keys, &events, &tasks),
     };
     pg_sys::check_for_interrupts!();
     let max_event = runs.iter().map(|r| r.id).max();

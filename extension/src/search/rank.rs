@@ -74,14 +74,11 @@ pub const BM25_RELEVANCE_DEPTH: usize = 100;
 /// BM25 of the query's first [`BM25_RELEVANCE_DEPTH`] skills over every category, divided by the
 /// best score: the BM25 part of a KeyOpt base relevance (`keyopt::fit::BM25_SHARES`).
 pub fn bm25_normalised(query: &str) -> HashMap<i64, f32> {
-    let hits = bm25(query, None, Some(BM25_RELEVANCE_DEPTH));
-    let best = hits.iter().map(|h| h.1).fold(0.0f64, f64::max);
-    if best <= 0.0 {
-        return HashMap::new();
-    }
-    hits.into_iter()
-        .map(|(id, score)| (id, (score / best) as f32))
-        .collect()
+    pg_skills_kernels::keyopt::fit::bm25_relevance_part(&bm25(
+        query,
+        None,
+        Some(BM25_RELEVANCE_DEPTH),
+    ))
 }
 
 /// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>`, which the

@@ -273,6 +273,18 @@ impl FitReport {
 /// (benches/RESULTS.md, "The base relevance r"): w = 0 is the key score alone.
 pub const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
 
+/// The BM25 part of that base relevance from a query's BM25 hits (id, score): each score over
+/// the best one; no entry when no hit scores above 0 (skills without an entry add 0).
+pub fn bm25_relevance_part(hits: &[(i64, f64)]) -> std::collections::HashMap<i64, f32> {
+    let best = hits.iter().map(|h| h.1).fold(0.0f64, f64::max);
+    if best <= 0.0 {
+        return std::collections::HashMap::new();
+    }
+    hits.iter()
+        .map(|&(id, score)| (id, (score / best) as f32))
+        .collect()
+}
+
 /// Of fits of the same runs under different base relevances (the first is the default r), the
 /// one whose served ranking cross-validation scores best, where another r than the first must
 /// beat the first by more than `min_gain_se` standard errors of the per-group difference (the
