@@ -20,6 +20,7 @@ DECLARE
     doc_bytes   bigint;
     new_hash    text;
     scan        jsonb;
+    previous_end timestamptz;
 BEGIN
     IF NEW.name IS NULL OR btrim(NEW.name) = '' THEN
         RAISE EXCEPTION 'a skill needs a non-empty name'
@@ -86,15 +87,15 @@ BEGIN
     END IF;
 
     IF TG_OP = 'UPDATE' THEN
+        -- A version starts where the previous one ended (or at creation). Read first, then a
+        -- plain INSERT ... VALUES: Citus refuses subqueries inside INSERT on a distributed table.
+        SELECT max(v.valid_to) INTO previous_end FROM skills.skill_version AS v WHERE v.skill_id = OLD.id;
         INSERT INTO skills.skill_version
             (skill_id, version, name, description, instructions, category, provenance,
              content_hash, token_count, valid_from)
         VALUES
             (OLD.id, OLD.version, OLD.name, OLD.description, OLD.instructions, OLD.category, OLD.provenance,
-             OLD.content_hash, OLD.token_count,
-             -- a version starts where the previous one ended (or at creation)
-             coalesce((SELECT max(v.valid_to) FROM skills.skill_version AS v WHERE v.skill_id = OLD.id),
-                      OLD.created_at));
+             OLD.content_hash, OLD.token_count, coalesce(previous_end, OLD.created_at));
         NEW.version := OLD.version + 1;
         NEW.created_at := OLD.created_at;
         NEW.updated_at := now();
@@ -159,6 +160,10 @@ BEGIN
                   HINT = 'Load skills with the skills-load command, which creates and fills it.';
     END IF;
 
+    -- One load at a time: the content-hash identity is looked up and then inserted, and on
+    -- Citus no unique constraint backs it (sql/citus.sql).
+    PERFORM pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'));
+
     -- The loader and this extension must normalise and hash alike (same build).
     IF EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st
                WHERE st.content_hash <> skills.content_hash(st.name, st.description, st.instructions)) THEN
@@ -167,17 +172,27 @@ BEGIN
                   HINT = 'Use a skills-load built from the same pg_skills version as the installed extension.';
     END IF;
 
+    -- The stored skills' identities and places, read once into a work table: every later step
+    -- joins the session's work tables only, and every write reads them through a subquery
+    -- (Citus, when the skills are distributed (docs/citus.md), refuses direct joins of local
+    -- and distributed tables in writes and correlated subqueries across them).
+    IF to_regclass('pg_temp.skill_staging_current') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_current; END IF;
+    CREATE TEMP TABLE skill_staging_current ON COMMIT DROP AS
+        SELECT s.id, s.content_hash, s.provenance, s.retired_at FROM skills.skill AS s;
+
     -- Known content: unchanged when all its staged places are known, else the new places merge in.
     SELECT count(*) FILTER (WHERE known), count(*) FILTER (WHERE NOT known)
     INTO unchanged, merged
     FROM (SELECT skills.provenance_locations(st.provenance) <@ skills.provenance_locations(s.provenance) AS known
-          FROM pg_temp.skill_staging AS st JOIN skills.skill AS s USING (content_hash)) AS k;
+          FROM pg_temp.skill_staging AS st JOIN pg_temp.skill_staging_current AS s USING (content_hash)) AS k;
 
     -- Write only where provenance differs (new places, or details such as the commit refreshed).
     UPDATE skills.skill AS s
     SET provenance = skills.merge_provenance(s.provenance, st.provenance)
-    FROM pg_temp.skill_staging AS st
-    WHERE s.content_hash = st.content_hash AND NOT s.provenance @> st.provenance;
+    FROM (SELECT c.id, st.provenance
+          FROM pg_temp.skill_staging AS st JOIN pg_temp.skill_staging_current AS c USING (content_hash)
+          WHERE NOT c.provenance @> st.provenance) AS st
+    WHERE s.id = st.id;
 
     -- A second load in the same transaction replaces the work tables (no NOTICE when absent).
     IF to_regclass('pg_temp.skill_staging_fresh') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_fresh; END IF;
@@ -185,11 +200,11 @@ BEGIN
     CREATE TEMP TABLE skill_staging_fresh ON COMMIT DROP AS
         SELECT st.*, skills.provenance_locations(st.provenance) AS locs
         FROM pg_temp.skill_staging AS st
-        WHERE NOT EXISTS (SELECT 1 FROM skills.skill AS s WHERE s.content_hash = st.content_hash);
+        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_current AS s WHERE s.content_hash = st.content_hash);
 
     -- A stored skill is updated in place when all its places now hold one new content.
     CREATE TEMP TABLE skill_staging_pairs ON COMMIT DROP AS
-        WITH sl AS (SELECT s.id, l FROM skills.skill AS s, unnest(skills.provenance_locations(s.provenance)) AS l),
+        WITH sl AS (SELECT s.id, l FROM pg_temp.skill_staging_current AS s, unnest(skills.provenance_locations(s.provenance)) AS l),
              nloc AS (SELECT id, count(*) AS n FROM sl GROUP BY id),
              fl AS (SELECT f.content_hash, l FROM pg_temp.skill_staging_fresh AS f, unnest(f.locs) AS l),
              m AS (SELECT sl.id, fl.content_hash, count(*) AS n FROM sl JOIN fl USING (l) GROUP BY sl.id, fl.content_hash)
@@ -203,8 +218,9 @@ BEGIN
     UPDATE skills.skill AS s
     SET name = f.name, description = f.description, instructions = f.instructions,
         category = f.category, provenance = skills.merge_provenance(s.provenance, f.provenance)
-    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS f USING (content_hash)
-    WHERE s.id = p.id;
+    FROM (SELECT p.id, fr.name, fr.description, fr.instructions, fr.category, fr.provenance
+          FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash)) AS f
+    WHERE s.id = f.id;
     GET DIAGNOSTICS updated = ROW_COUNT;
 
     INSERT INTO skills.skill (name, description, instructions, category, provenance)
@@ -214,12 +230,14 @@ BEGIN
     ORDER BY f.ord;
     GET DIAGNOSTICS new_skills = ROW_COUNT;
 
-    -- Places that now hold other content leave the skill that had them.
+    -- Places that now hold other content leave the skill that had them (skills written above
+    -- keep their places: the content they now hold is what was staged there).
     UPDATE skills.skill AS s
     SET provenance = skills.drop_locations(s.provenance, moved.locs)
     FROM (
         WITH sl AS (SELECT s2.id, s2.content_hash, l
-                    FROM skills.skill AS s2, unnest(skills.provenance_locations(s2.provenance)) AS l),
+                    FROM pg_temp.skill_staging_current AS s2, unnest(skills.provenance_locations(s2.provenance)) AS l
+                    WHERE NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.id = s2.id)),
              stl AS (SELECT st.content_hash, l
                      FROM pg_temp.skill_staging AS st, unnest(skills.provenance_locations(st.provenance)) AS l)
         SELECT sl.id, array_agg(DISTINCT sl.l) AS locs
@@ -249,17 +267,26 @@ RETURNS TABLE (id bigint, name text, category skills.category, score double prec
                graph double precision, beta double precision, dk_term double precision,
                event_term double precision, held_back double precision,
                risk skills.risk_level, risk_rules text[])
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: Citus (docs/citus.md) plans a SQL function's parameters only in
+    -- PL/pgSQL. The ranking is read first, then the few skills it names.
+    RETURN QUERY
+    WITH ranked AS MATERIALIZED (
+        SELECT r.*, r.ordinality AS pos
+        FROM skills.search_ranked(search.query, search.categories, search.k, search.token_budget,
+                                  search.min_score, search.method, search.bm25_weight,
+                                  search.semantic_weight) WITH ORDINALITY AS r)
     SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
            r.dk_term, r.event_term, r.held_back, s.risk,
            ARRAY(SELECT DISTINCT f ->> 'rule' FROM jsonb_array_elements(s.risk_findings) AS f
                  WHERE (f ->> 'severity')::skills.risk_level > 'low' ORDER BY 1)
-    FROM skills.search_ranked(query, categories, k, token_budget, min_score, method,
-                              bm25_weight, semantic_weight) WITH ORDINALITY AS r
+    FROM ranked AS r
     JOIN skills.skill AS s ON s.id = r.id
-    ORDER BY r.ordinality
+    ORDER BY r.pos;
+END
 $$;
 COMMENT ON FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) IS
     'Ranked skills for a task, best first (ties by id); skills above pg_skills.max_risk, retired, or outside pg_skills.allowed_licenses are withheld (a NOTICE counts them). risk_rules: the rules found at medium or above. NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from.';
@@ -318,6 +345,8 @@ CREATE FUNCTION skills.sync_source(prefixes text[], OUT retired bigint, OUT retu
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    back_ids bigint[];
 BEGIN
     IF to_regclass('pg_temp.skill_staging') IS NULL THEN
         RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
@@ -329,36 +358,47 @@ BEGIN
     INSERT INTO pg_temp.skill_sync_staged
         SELECT DISTINCT l FROM pg_temp.skill_staging AS st, unnest(skills.provenance_locations(st.provenance)) AS l;
 
-    UPDATE skills.skill AS s SET retired_at = NULL
-    WHERE s.retired_at IS NOT NULL
-      AND (EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st WHERE st.content_hash = s.content_hash)
-           OR EXISTS (SELECT 1 FROM unnest(skills.provenance_locations(s.provenance)) AS l
-                      JOIN pg_temp.skill_sync_staged AS g USING (l)));
+    -- The stored skills, read once (as in apply_staging: the writes below read work tables
+    -- through subqueries, which Citus accepts when the skills are distributed).
+    IF to_regclass('pg_temp.skill_sync_current') IS NOT NULL THEN DROP TABLE pg_temp.skill_sync_current; END IF;
+    CREATE TEMP TABLE skill_sync_current ON COMMIT DROP AS
+        SELECT s.id, s.content_hash, s.provenance, s.retired_at FROM skills.skill AS s;
+
+    -- Retired skills whose content or a place is staged again return.
+    WITH back AS (
+        UPDATE pg_temp.skill_sync_current AS c SET retired_at = NULL
+        WHERE c.retired_at IS NOT NULL
+          AND (EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st WHERE st.content_hash = c.content_hash)
+               OR EXISTS (SELECT 1 FROM unnest(skills.provenance_locations(c.provenance)) AS l
+                          JOIN pg_temp.skill_sync_staged AS g USING (l)))
+        RETURNING c.id)
+    SELECT coalesce(array_agg(id), '{}') INTO back_ids FROM back;
+    UPDATE skills.skill AS s SET retired_at = NULL WHERE s.id = ANY (back_ids);
     GET DIAGNOSTICS returned = ROW_COUNT;
 
     -- Places under the prefixes that the load did not see, per active skill.
     CREATE TEMP TABLE IF NOT EXISTS skill_sync_gone (id bigint, locs text[], rest integer) ON COMMIT DROP;
     TRUNCATE pg_temp.skill_sync_gone;
     INSERT INTO pg_temp.skill_sync_gone
-        SELECT s.id,
+        SELECT c.id,
                array_agg(l) FILTER (WHERE under AND NOT staged),
                count(*) FILTER (WHERE NOT under OR staged)::integer
-        FROM skills.skill AS s,
+        FROM pg_temp.skill_sync_current AS c,
              LATERAL (SELECT l,
                              EXISTS (SELECT 1 FROM unnest(prefixes) AS p WHERE starts_with(l, p)) AS under,
                              EXISTS (SELECT 1 FROM pg_temp.skill_sync_staged AS g WHERE g.l = t.l) AS staged
-                      FROM unnest(skills.provenance_locations(s.provenance)) AS t(l)) AS x
-        WHERE s.retired_at IS NULL
-        GROUP BY s.id
+                      FROM unnest(skills.provenance_locations(c.provenance)) AS t(l)) AS x
+        WHERE c.retired_at IS NULL
+        GROUP BY c.id
         HAVING count(*) FILTER (WHERE under AND NOT staged) > 0;
 
     -- Gone everywhere: retired, provenance kept (it says where the skill was).
     UPDATE skills.skill AS s SET retired_at = now()
-    FROM pg_temp.skill_sync_gone AS g WHERE s.id = g.id AND g.rest = 0;
+    FROM (SELECT id FROM pg_temp.skill_sync_gone WHERE rest = 0) AS g WHERE s.id = g.id;
     GET DIAGNOSTICS retired = ROW_COUNT;
     -- Still found elsewhere: only the vanished places leave its provenance.
     UPDATE skills.skill AS s SET provenance = skills.drop_locations(s.provenance, g.locs)
-    FROM pg_temp.skill_sync_gone AS g WHERE s.id = g.id AND g.rest > 0;
+    FROM (SELECT id, locs FROM pg_temp.skill_sync_gone WHERE rest > 0) AS g WHERE s.id = g.id;
 END
 $$;
 COMMENT ON FUNCTION skills.sync_source(text[]) IS

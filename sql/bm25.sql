@@ -21,8 +21,8 @@ CREATE OPERATOR CLASS skills.bm25_ops
     DEFAULT FOR TYPE text[] USING bm25 AS
     OPERATOR 1 skills.<&> (text[], skills.bm25query) FOR ORDER BY pg_catalog.float_ops;
 
--- The bm25 index on skills.skill, or NULL when there is none.
-CREATE FUNCTION skills.bm25_index() RETURNS regclass
+-- The bm25 index on a table (skills.skill by default), or NULL when there is none.
+CREATE FUNCTION skills.bm25_index(tbl regclass DEFAULT 'skills.skill') RETURNS regclass
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -33,9 +33,9 @@ BEGIN
     FROM pg_catalog.pg_index AS i
     JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
     JOIN pg_catalog.pg_am AS a ON a.oid = c.relam
-    WHERE i.indrelid = 'skills.skill'::regclass AND a.amname = 'bm25' AND i.indisvalid AND i.indisready;
+    WHERE i.indrelid = tbl AND a.amname = 'bm25' AND i.indisvalid AND i.indisready;
     IF coalesce(array_length(found, 1), 0) > 1 THEN
-        RAISE EXCEPTION 'skills.skill has % bm25 indexes: %', array_length(found, 1), found
+        RAISE EXCEPTION '% has % bm25 indexes: %', tbl, array_length(found, 1), found
             USING ERRCODE = 'ambiguous_parameter',
                   HINT = 'Name the index: skills.bm25query(query, ''index_name''), or drop all but one.';
     END IF;
@@ -55,11 +55,70 @@ BEGIN
             USING ERRCODE = 'undefined_object',
                   HINT = 'CREATE INDEX ON skills.skill USING bm25 ((ARRAY[name, description, instructions]));';
     END IF;
-    RETURN ROW(chosen::oid, query)::skills.bm25query;
+    RETURN ROW(chosen::oid, query, NULL::jsonb)::skills.bm25query;
 END
 $$;
 COMMENT ON FUNCTION skills.bm25query(text, regclass) IS
-    'A BM25 query for ORDER BY ARRAY[name, description, instructions] <&> skills.bm25query(...): the index defaults to the bm25 index on skills.skill';
+    'A BM25 query for ORDER BY ARRAY[name, description, instructions] <&> skills.bm25query(...): the index defaults to the bm25 index on skills.skill. On Citus each shard scores it with its own statistics; skills.bm25_global_query scores with the whole table''s.';
+
+-- Whether a table is distributed by Citus (false where Citus is not installed).
+CREATE FUNCTION skills.is_distributed(tbl regclass) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found boolean;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1 AND partmethod <> ''n'')'
+        INTO found USING tbl;
+    RETURN found;
+END
+$$;
+
+-- A BM25 query that carries the corpus statistics of the whole indexed table: on a table that
+-- Citus distributes, the document count, total length and the query terms' document
+-- frequencies of every shard, summed (one round trip to the shards), so each shard's index
+-- scores as one index over all rows would and the merged top k equal a single node's. On a
+-- local table: its index's own statistics.
+CREATE FUNCTION skills.bm25_global_query(query text, index regclass DEFAULT NULL) RETURNS skills.bm25query
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    chosen regclass := (skills.bm25query(query, index)).index;
+    tbl regclass;
+    command text;
+    parts jsonb[];
+    failed text;
+BEGIN
+    SELECT i.indrelid INTO tbl FROM pg_catalog.pg_index AS i WHERE i.indexrelid = chosen;
+    IF NOT skills.is_distributed(tbl) THEN
+        RETURN ROW(chosen::oid, query, skills.bm25_corpus(chosen, query))::skills.bm25query;
+    END IF;
+    -- run_command_on_shards puts each shard's name where %s is (through format(), so a % of
+    -- the query is doubled).
+    command := 'SELECT skills.bm25_corpus(skills.bm25_index(''%s''), '
+               || replace(quote_literal(query), '%', '%%') || ')';
+    EXECUTE $q$
+        SELECT array_agg(r.result::jsonb ORDER BY r.shardid) FILTER (WHERE r.success),
+               string_agg(format('shard %s on %s:%s: %s', r.shardid, p.nodename, p.nodeport, r.result), '; ')
+                   FILTER (WHERE NOT r.success)
+        FROM run_command_on_shards($1, $2) AS r
+        LEFT JOIN pg_catalog.pg_dist_shard_placement AS p ON p.shardid = r.shardid
+    $q$ INTO parts, failed USING tbl, command;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not read the bm25 statistics of every shard of %: %', tbl, failed
+            USING ERRCODE = 'connection_failure',
+                  HINT = 'A worker node is down or unreachable (citus_check_cluster_node_health() lists them); searches answer again once it is back.';
+    END IF;
+    RETURN ROW(chosen::oid, query, skills.bm25_corpus_sum(parts))::skills.bm25query;
+END
+$$;
+COMMENT ON FUNCTION skills.bm25_global_query(text, regclass) IS
+    'A BM25 query carrying the whole table''s statistics (summed over Citus shards when distributed): scores equal a single node''s.';
 
 -- Top k skills by the bm25 index: exactly the reference scan's answer (score descending, ties by
 -- id). Rows come from the index best first; reading stops once k rows are in hand and the next
@@ -79,26 +138,59 @@ SET enable_seqscan = off
 SET enable_sort = off
 AS $$
 DECLARE
-    q skills.bm25query := skills.bm25query(query, index);
+    q skills.bm25query;
     r record;
     ids bigint[] := '{}';
     scores double precision[] := '{}';
     kth double precision;
+    depth integer;
+    got integer;
+    lowest double precision;
 BEGIN
-    FOR r IN
-        SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
-        FROM skills.skill AS s
-        WHERE categories IS NULL OR s.category = ANY (categories)
-        ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q
-    LOOP
-        EXIT WHEN r.score <= 0;  -- the rest contain no query term
-        EXIT WHEN kth IS NOT NULL AND r.score < kth;
-        ids := ids || r.id;
-        scores := scores || r.score;
-        IF k IS NOT NULL AND cardinality(ids) = k THEN
-            kth := r.score;
-        END IF;
-    END LOOP;
+    IF skills.is_distributed('skills.skill') THEN
+        -- Citus: each shard's index returns its best `depth` rows scored with the whole table's
+        -- statistics; Citus merges them. The query has a LIMIT so only those rows travel; ties
+        -- at the k-th place are broken by id on every shard alike. Without k, the depth grows
+        -- until the rows with no query term are reached.
+        q := skills.bm25_global_query(query, index);
+        depth := coalesce(k, 100);
+        LOOP
+            ids := '{}';
+            scores := '{}';
+            got := 0;
+            FOR r IN
+                SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
+                FROM skills.skill AS s
+                WHERE categories IS NULL OR s.category = ANY (categories)
+                ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q, s.id
+                LIMIT depth
+            LOOP
+                got := got + 1;
+                lowest := r.score;
+                CONTINUE WHEN r.score <= 0;  -- no query term
+                ids := ids || r.id;
+                scores := scores || r.score;
+            END LOOP;
+            EXIT WHEN k IS NOT NULL OR got < depth OR lowest <= 0;
+            depth := depth * 4;
+        END LOOP;
+    ELSE
+        q := skills.bm25query(query, index);
+        FOR r IN
+            SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
+            FROM skills.skill AS s
+            WHERE categories IS NULL OR s.category = ANY (categories)
+            ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q
+        LOOP
+            EXIT WHEN r.score <= 0;  -- the rest contain no query term
+            EXIT WHEN kth IS NOT NULL AND r.score < kth;
+            ids := ids || r.id;
+            scores := scores || r.score;
+            IF k IS NOT NULL AND cardinality(ids) = k THEN
+                kth := r.score;
+            END IF;
+        END LOOP;
+    END IF;
     RETURN QUERY
         SELECT u.id, u.score FROM unnest(ids, scores) AS u(id, score)
         ORDER BY u.score DESC, u.id

@@ -65,7 +65,9 @@ BEGIN
         INSERT INTO skills.embed_queue AS q (skill_id, content_hash)
         VALUES (NEW.id, NEW.content_hash)
         ON CONFLICT (skill_id) DO UPDATE
-            SET content_hash = EXCLUDED.content_hash, enqueued_at = now(),
+            -- EXCLUDED's enqueued_at is its default now(): Citus refuses non-immutable
+            -- functions in DO UPDATE SET (the trigger runs on the shard's node there).
+            SET content_hash = EXCLUDED.content_hash, enqueued_at = EXCLUDED.enqueued_at,
                 failed_reason = NULL, failed_at = NULL;
     END IF;
     RETURN NULL;

@@ -95,6 +95,7 @@ DECLARE
     sid bigint;
     current_skill record;
     is_stale boolean;
+    active_round integer;
     arm_form constant text :=
         'Each arm is an object like {"skill_id": 12, "passed": true}, optionally with "cost", "version" and "content_hash" of the skill as served; "passed" may be left out when run_passed gives the outcome of the whole run.';
 BEGIN
@@ -106,11 +107,12 @@ BEGIN
         RAISE EXCEPTION 'arms must be a non-empty JSON array'
             USING ERRCODE = 'invalid_parameter_value', HINT = arm_form;
     END IF;
+    -- The round first, then a plain VALUES: Citus refuses subqueries inside an INSERT.
+    SELECT r.round INTO active_round FROM skills.keyopt_round AS r WHERE r.active;
     INSERT INTO skills.event (task, task_key, source_group, executor, environment, budget, round,
                               set_passed)
     VALUES (task, skills.query_key(task), source_group, coalesce(executor, ''),
-            coalesce(environment, '{}'), budget,
-            (SELECT r.round FROM skills.keyopt_round AS r WHERE r.active), run_passed)
+            coalesce(environment, '{}'), budget, active_round, run_passed)
     RETURNING id INTO new_event;
 
     n := 0;

@@ -46,7 +46,8 @@ REVOKE EXECUTE ON FUNCTION
     skills.apply_staging(),
     skills.sync_source(text[]),
     skills.set_category(bigint, skills.category),
-    skills.rescan_risk()
+    skills.rescan_risk(),
+    skills.distribute(integer)
 FROM PUBLIC;
 
 -- Reading. Events: only what a reading uses (their key and set outcome), not what was asked or by whom.

@@ -1,9 +1,11 @@
 -- pg_skills schema: tables, types and views. Runs first (bootstrap); the functions that use these
 -- objects are in api.sql (finalize). Everything lives in schema `skills` (see pg_skills.control).
 
--- A BM25 query for the bm25 index: the index whose statistics score it, and the query text.
--- Build it with skills.bm25query(query, index).
-CREATE TYPE skills.bm25query AS (index oid, query text);
+-- A BM25 query for the bm25 index: the index whose statistics score it, the query text, and
+-- optionally the corpus statistics it is scored with (NULL: the index's own; a distributed
+-- collection's, summed over its shards, from skills.bm25_global_query).
+-- Build it with skills.bm25query(query, index) or skills.bm25_global_query(query, index).
+CREATE TYPE skills.bm25query AS (index oid, query text, corpus jsonb);
 
 CREATE TYPE skills.category AS ENUM (
     'code_generation',

@@ -54,5 +54,11 @@ pgrx::extension_sql_file!(
         search::search_ranked
     ]
 );
+// Scale-out on Citus: skills.distribute (after every table and the bm25 helpers it uses).
+pgrx::extension_sql_file!(
+    "../../sql/citus.sql",
+    name = "citus",
+    requires = ["api", "graph", "bm25"]
+);
 // Roles, grants and what PUBLIC may not run: last, when every object exists.
 pgrx::extension_sql_file!("../../sql/privileges.sql", name = "privileges", finalize);

@@ -2,7 +2,9 @@
 //!
 //! Corpus statistics come from the index the query names, read once per statement (and again
 //! after each command of the statement that changed data), so an index scan and a sequential scan
-//! in the same statement score with the same statistics and the same formula, bit for bit.
+//! in the same statement score with the same statistics and the same formula, bit for bit. A query
+//! that carries statistics (`skills.bm25_global_query`: a whole distributed collection's) scores
+//! with those and its own options, and needs no index.
 
 use std::cell::RefCell;
 
@@ -10,14 +12,33 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use pg_skills_kernels::bm25index::{query_terms, try_prepare, IndexOptions, Scorer};
+use pg_skills_kernels::bm25index::{query_terms, try_prepare, Corpus, IndexOptions, Scorer};
 
 use super::{checked_meta, document_fields, with_analyzer};
 use crate::errors::raise;
 use crate::storage::{BufferStore, Mode, OrRaise};
 
-/// (index oid, query text, statement start, command id): what cached query state is valid for.
+/// (index oid, query text and carried statistics, statement start, command id): what cached
+/// query state is valid for.
 type StatementKey = (u32, String, i64, u32);
+
+/// A decoded `skills.bm25query`.
+pub struct Bm25Query {
+    pub index: pg_sys::Oid,
+    pub text: String,
+    /// Statistics carried with the query (NULL: the named index's own).
+    pub corpus: Option<Corpus>,
+}
+
+impl Bm25Query {
+    /// The text part of the cache keys: the query, and the statistics it carries.
+    pub fn key_text(&self) -> String {
+        match &self.corpus {
+            None => self.text.clone(),
+            Some(c) => format!("{}\u{0}{}", self.text, c.to_json()),
+        }
+    }
+}
 
 struct Prepared {
     key: StatementKey,
@@ -73,12 +94,28 @@ pub fn remember_scores(
     });
 }
 
-fn prepare_query(key: StatementKey) -> Prepared {
+fn prepare_query(key: StatementKey, query: &Bm25Query) -> Prepared {
+    if let Some(corpus) = &query.corpus {
+        let options = corpus.options();
+        let terms = with_analyzer(&options, |a| query_terms(a, &query.text));
+        let scorer = Scorer::new(
+            options.k1,
+            options.b,
+            options.weights_array(),
+            &corpus.query_stats(&terms),
+        );
+        return Prepared {
+            key,
+            options,
+            terms,
+            scorer,
+        };
+    }
     unsafe {
-        let rel = super::open_bm25_index(pg_sys::Oid::from(key.0));
+        let rel = super::open_bm25_index(query.index);
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
-        let terms = with_analyzer(&meta.options, |a| query_terms(a, &key.1));
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, &query.text));
         let scorer = super::reading(rel, &store, || {
             try_prepare(&store, &terms).or_raise(rel).scorer.clone()
         });
@@ -92,19 +129,74 @@ fn prepare_query(key: StatementKey) -> Prepared {
     }
 }
 
-/// The (index, query) pair of a `skills.bm25query` datum.
-pub unsafe fn decode_query(datum: pg_sys::Datum) -> (pg_sys::Oid, String) {
+/// The parts of a `skills.bm25query` datum.
+pub unsafe fn decode_query(datum: pg_sys::Datum) -> Bm25Query {
     let tuple = pgrx::heap_tuple::PgHeapTuple::from_composite_datum(datum);
-    let one = std::num::NonZeroUsize::new(1).unwrap();
-    let two = std::num::NonZeroUsize::new(2).unwrap();
-    let index = tuple.get_by_index::<pg_sys::Oid>(one).ok().flatten();
-    let query = tuple.get_by_index::<String>(two).ok().flatten();
+    let at = |i: usize| std::num::NonZeroUsize::new(i).unwrap();
+    let index = tuple.get_by_index::<pg_sys::Oid>(at(1)).ok().flatten();
+    let text = tuple
+        .get_by_index::<String>(at(2))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let corpus = tuple
+        .get_by_index::<pgrx::JsonB>(at(3))
+        .ok()
+        .flatten()
+        .map(|j| {
+            Corpus::from_json(&j.0.to_string()).unwrap_or_else(|e| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!("the bm25query's statistics are not valid: {e}"),
+                    Some("Build them with skills.bm25_global_query(query) or skills.bm25_corpus(index, query)."),
+                )
+            })
+        });
     match index {
-        Some(index) => (index, query.unwrap_or_default()),
+        Some(index) => Bm25Query {
+            index,
+            text,
+            corpus,
+        },
         None => raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
             "bm25query has no index",
             Some("Build queries with skills.bm25query(query, index)."),
+        ),
+    }
+}
+
+/// This index's statistics for `query`'s terms, with its scoring options: one part of a
+/// distributed collection's statistics (skills.bm25_corpus_sum adds the parts).
+#[pg_extern(stable, parallel_safe)]
+fn bm25_corpus(index: pg_sys::Oid, query: &str) -> pgrx::JsonB {
+    unsafe {
+        let rel = super::open_bm25_index(index);
+        let store = BufferStore::new(rel, Mode::Logged);
+        let meta = checked_meta(&store, rel);
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
+        let stats = super::reading(rel, &store, || {
+            try_prepare(&store, &terms).or_raise(rel).stats.clone()
+        });
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let corpus = Corpus::of_index(&meta.options, &terms, &stats);
+        pgrx::JsonB(serde_json::from_str(&corpus.to_json()).expect("valid JSON"))
+    }
+}
+
+/// The statistics of disjoint parts of one collection (each from skills.bm25_corpus), summed.
+#[pg_extern(immutable, parallel_safe)]
+fn bm25_corpus_sum(parts: Vec<pgrx::JsonB>) -> pgrx::JsonB {
+    let parsed: Result<Vec<Corpus>, String> = parts
+        .iter()
+        .map(|p| Corpus::from_json(&p.0.to_string()))
+        .collect();
+    match parsed.and_then(|p| Corpus::sum(&p)) {
+        Ok(total) => pgrx::JsonB(serde_json::from_str(&total.to_json()).expect("valid JSON")),
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("cannot sum these bm25 statistics: {e}"),
+            Some("Every part must come from skills.bm25_corpus on indexes built with the same options, for the same query."),
         ),
     }
 }
@@ -114,8 +206,8 @@ pub unsafe fn decode_query(datum: pg_sys::Datum) -> (pg_sys::Oid, String) {
 #[pg_extern(stable, parallel_safe)]
 fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25query")) -> f64 {
     let datum = query.into_datum().expect("a composite is a datum");
-    let (index_oid, text) = unsafe { decode_query(datum) };
-    let key = statement_key(index_oid, text);
+    let q = unsafe { decode_query(datum) };
+    let key = statement_key(q.index, q.key_text());
     let fields = document_fields(doc);
     let hinted = SCORE_HINTS.with(|cell| {
         let slot = cell.borrow();
@@ -131,7 +223,7 @@ fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25q
     PREPARED.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|p| p.key != key) {
-            *slot = Some(prepare_query(key));
+            *slot = Some(prepare_query(key, &q));
         }
         let p = slot.as_ref().expect("just prepared");
         let analyzed = with_analyzer(&p.options, |a| {

@@ -30,8 +30,11 @@ thread_local! {
 #[derive(Default)]
 struct ScanState {
     index_oid: u32,
-    query: String,
+    /// The query's text part of the score hints' key (text and carried statistics).
+    key_text: String,
     terms: Vec<String>,
+    /// Statistics carried with the query (a distributed collection's), else the index's own.
+    stats: Option<pg_skills_kernels::bm25index::QueryStats>,
     batch: VecDeque<Tid>,
     returned: HashSet<Tid>,
     asked: usize,
@@ -70,26 +73,89 @@ impl crate::am::OrderedScan for ScanState {
 }
 
 unsafe fn start_query(index: pg_sys::Relation, state: &mut ScanState, argument: pg_sys::Datum) {
-    let (named, query) = super::operator::decode_query(argument);
-    if named != (*index).rd_id {
-        raise(
+    let query = super::operator::decode_query(argument);
+    let store = BufferStore::new(index, Mode::Logged);
+    let meta = checked_meta(&store, index);
+    let scanned = (*index).rd_id;
+    match &query.corpus {
+        // Statistics carried with the query: any bm25 index that analyses and weighs documents
+        // the same way scores its part of the collection with them (a Citus shard's index,
+        // whose OID the node that built the query cannot know).
+        Some(corpus) if !corpus.matches_options(&meta.options) => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "the bm25query's statistics were gathered with other index options than index {}'s",
+                scanned.to_u32()
+            ),
+            Some("Indexes that share statistics must have the same k1, b, weights and stemming."),
+        ),
+        Some(_) => {}
+        None if query.index == scanned || is_shard_of(index, query.index) => {}
+        None => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!(
                 "the bm25query names index {} but the scan uses index {}",
-                named.to_u32(),
-                (*index).rd_id.to_u32()
+                query.index.to_u32(),
+                scanned.to_u32()
             ),
             Some(
                 "Build the query with skills.bm25query(query, index) for the index being scanned.",
             ),
-        );
+        ),
     }
-    let store = BufferStore::new(index, Mode::Logged);
-    let meta = checked_meta(&store, index);
-    state.terms = with_analyzer(&meta.options, |a| query_terms(a, &query));
-    state.index_oid = named.to_u32();
-    state.query = query;
+    state.terms = with_analyzer(&meta.options, |a| query_terms(a, &query.text));
+    state.stats = query.corpus.as_ref().map(|c| c.query_stats(&state.terms));
+    state.index_oid = query.index.to_u32();
+    state.key_text = query.key_text();
     state.matches_done = state.terms.is_empty();
+}
+
+/// Whether `index` is a Citus shard's copy of index `named` (the query was built by
+/// `skills.bm25query` evaluated on a worker, which names the distributed table's index; the
+/// worker scans the shard's). Citus names a shard `<table>_<shard id>` and its indexes
+/// `<index>_<shard id>` in the same schema; the shard id must also be one of the table's shards
+/// in Citus's metadata. Such a scan scores with the shard's own statistics.
+unsafe fn is_shard_of(index: pg_sys::Relation, named: pg_sys::Oid) -> bool {
+    let name_of = |oid: pg_sys::Oid| -> Option<(String, pg_sys::Oid)> {
+        let rel_name = pg_sys::get_rel_name(oid);
+        if rel_name.is_null() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_ptr(rel_name)
+            .to_string_lossy()
+            .into_owned();
+        Some((name, pg_sys::get_rel_namespace(oid)))
+    };
+    let (Some((named_name, named_ns)), Some((own_name, own_ns))) =
+        (name_of(named), name_of((*index).rd_id))
+    else {
+        return false;
+    };
+    let Some(shard) = own_name.strip_prefix(&format!("{named_name}_")) else {
+        return false;
+    };
+    if named_ns != own_ns || shard.is_empty() || !shard.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let named_table = pg_sys::IndexGetRelation(named, true);
+    if named_table == pg_sys::InvalidOid {
+        return false;
+    }
+    let Ok(shard_id) = shard.parse::<i64>() else {
+        return false;
+    };
+    let citus = crate::spi::select_one::<bool>(
+        "SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL",
+        &[],
+    )
+    .unwrap_or(false);
+    citus
+        && crate::spi::select_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_shard \
+                            WHERE logicalrelid = $1 AND shardid = $2)",
+            &[named_table.into(), shard_id.into()],
+        )
+        .unwrap_or(false)
 }
 
 unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
@@ -106,11 +172,18 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
             DOC_TABLES.with(|cell| {
                 let mut caches = cell.borrow_mut();
                 let cache = caches.entry(file).or_default();
-                try_prepare(&store, &state.terms).and_then(|p| p.top_k_cached(want, cache))
+                try_prepare(&store, &state.terms).and_then(|p| match &state.stats {
+                    Some(stats) => p.with_stats(stats).top_k_cached(want, cache),
+                    None => p.top_k_cached(want, cache),
+                })
             })
         })
         .or_raise(index);
-        super::operator::remember_scores(pg_sys::Oid::from(state.index_oid), &state.query, &hits);
+        super::operator::remember_scores(
+            pg_sys::Oid::from(state.index_oid),
+            &state.key_text,
+            &hits,
+        );
         state.matches_done = hits.len() < want;
         state.asked = want;
         for hit in hits {

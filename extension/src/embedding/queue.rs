@@ -28,16 +28,44 @@ fn take_batch(limit: i64) -> Vec<Queued> {
     // A read-write SPI call: pgrx runs statements read-only until the transaction has an xid,
     // and Postgres refuses FOR UPDATE in a read-only call (skills.embed_pending() as the first
     // statement of a transaction failed that way).
+    // On Citus (docs/citus.md) the queue is distributed and row locks cannot be taken across
+    // shards: embedders on the coordinator take turns on an advisory lock instead, and a
+    // worker node leaves the queue to the coordinator (its shard rows are the coordinator's).
+    let distributed =
+        crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.embed_queue')", &[])
+            .unwrap_or(false);
+    if distributed
+        && !crate::spi::select_one::<bool>("SELECT citus_is_coordinator()", &[]).unwrap_or(false)
+    {
+        return Vec::new();
+    }
     crate::spi::write(|client| {
-        let rows = client.update(
-            "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
-             FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
-             WHERE q.failed_reason IS NULL \
-             ORDER BY q.enqueued_at, q.skill_id \
-             LIMIT $1 FOR UPDATE OF q SKIP LOCKED",
-            None,
-            &[limit.into()],
-        )?;
+        let rows = if distributed {
+            client.update(
+                "SELECT pg_advisory_xact_lock(hashtext('pg_skills.embed_queue'))",
+                None,
+                &[],
+            )?;
+            client.update(
+                "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
+                 FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
+                 WHERE q.failed_reason IS NULL \
+                 ORDER BY q.enqueued_at, q.skill_id \
+                 LIMIT $1",
+                None,
+                &[limit.into()],
+            )?
+        } else {
+            client.update(
+                "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
+                 FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \
+                 WHERE q.failed_reason IS NULL \
+                 ORDER BY q.enqueued_at, q.skill_id \
+                 LIMIT $1 FOR UPDATE OF q SKIP LOCKED",
+                None,
+                &[limit.into()],
+            )?
+        };
         let mut out = Vec::new();
         for row in rows {
             let text = |i| -> Result<String, pgrx::spi::Error> {
@@ -102,7 +130,7 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
                          ON CONFLICT (skill_id) DO UPDATE SET \
                              content_hash = EXCLUDED.content_hash, embedding = EXCLUDED.embedding, \
                              k0 = EXCLUDED.k0, compressor_version = EXCLUDED.compressor_version, \
-                             embedded_at = now()",
+                             embedded_at = EXCLUDED.embedded_at",
                         None,
                         &[
                             queued.skill_id.into(),
@@ -126,10 +154,17 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
                 }
             }
         }
+        // Only rows still asking for the content embedded here (without row locks, on Citus,
+        // a new version may have been queued meanwhile; it stays queued).
+        let done_hashes: Vec<String> = batch
+            .iter()
+            .filter(|q| done.contains(&q.skill_id))
+            .map(|q| q.content_hash.clone())
+            .collect();
         client.update(
-            "DELETE FROM skills.embed_queue WHERE skill_id = ANY($1)",
+            "DELETE FROM skills.embed_queue WHERE skill_id = ANY($1) AND content_hash = ANY($2)",
             None,
-            &[done.into()],
+            &[done.into(), done_hashes.into()],
         )?;
         outcome.seconds = started.elapsed().as_secs_f64();
         client.update(

@@ -76,13 +76,16 @@ struct RecordedRun {
 fn recorded_runs() -> Vec<RecordedRun> {
     crate::spi::read(|client| {
         let rows = client.select(
-            "SELECT e.id, e.task_key::real[], e.task, coalesce(e.source_group, e.task), \
+            // The skills' current content as its own step: on Citus (docs/citus.md) runs and
+            // skills are distributed on different keys, and Citus joins them only this way.
+            "WITH current AS MATERIALIZED (SELECT s.id, s.content_hash FROM skills.skill AS s) \
+             SELECT e.id, e.task_key::real[], e.task, coalesce(e.source_group, e.task), \
                     e.executor, coalesce(e.budget::text, ''), \
                     array_agg(a.skill_id ORDER BY a.skill_id), array_agg(a.passed ORDER BY a.skill_id), \
                     e.set_passed \
              FROM skills.event AS e \
              JOIN skills.event_arm AS a ON a.event_id = e.id AND NOT a.stale \
-             JOIN skills.skill AS s ON s.id = a.skill_id AND s.content_hash = a.content_hash \
+             JOIN current AS s ON s.id = a.skill_id AND s.content_hash = a.content_hash \
              GROUP BY e.id ORDER BY e.id",
             None,
             &[],

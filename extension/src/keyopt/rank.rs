@@ -97,16 +97,24 @@ const CANDIDATE_SELECT: &str =
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
     crate::spi::read(|client| {
         let rows = client.select(
-            "WITH near AS ( \
+            // One step per table (runs, their arms, the arms' skills): on Citus (docs/citus.md)
+            // runs and skills are distributed on different keys and are joined only this way.
+            "WITH near AS MATERIALIZED ( \
                  SELECT e.id, e.set_passed, \
                         -(e.task_key OPERATOR(skills.<#>) skills.key($1))::float8 AS sim \
                  FROM skills.event AS e WHERE e.id <= $2 \
-                 ORDER BY e.task_key OPERATOR(skills.<#>) skills.key($1), e.id LIMIT $3) \
+                 ORDER BY e.task_key OPERATOR(skills.<#>) skills.key($1), e.id LIMIT $3), \
+             arms AS MATERIALIZED ( \
+                 SELECT a.event_id, a.skill_id, a.passed, a.content_hash FROM skills.event_arm AS a \
+                 WHERE a.event_id IN (SELECT id FROM near) AND NOT a.stale), \
+             current AS MATERIALIZED ( \
+                 SELECT s.id, s.content_hash FROM skills.skill AS s \
+                 WHERE s.id IN (SELECT skill_id FROM arms)) \
              SELECT n.id, n.sim, a.skill_id, coalesce(a.passed, n.set_passed) \
              FROM near AS n \
-             LEFT JOIN skills.event_arm AS a ON a.event_id = n.id AND NOT a.stale \
-                 AND EXISTS (SELECT 1 FROM skills.skill AS s \
-                             WHERE s.id = a.skill_id AND s.content_hash = a.content_hash) \
+             LEFT JOIN (SELECT arms.* FROM arms JOIN current AS c \
+                            ON c.id = arms.skill_id AND c.content_hash = arms.content_hash) AS a \
+                 ON a.event_id = n.id \
              ORDER BY n.sim DESC, n.id, a.skill_id",
             None,
             &[

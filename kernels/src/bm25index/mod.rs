@@ -14,6 +14,7 @@
 
 pub mod append;
 pub mod codec;
+pub mod corpus;
 pub mod dictionary;
 pub mod document;
 pub mod format;
@@ -21,6 +22,7 @@ pub mod maintenance;
 pub mod search;
 pub mod segment;
 
+pub use corpus::Corpus;
 pub use document::{analyze, query_terms, AnalyzedDoc, QueryStats, Scorer};
 pub use format::{IndexOptions, Meta, MetaError, Tid, FORMAT_VERSION};
 pub use maintenance::{Exclusion, NoReaders};

@@ -244,6 +244,15 @@ pub fn try_prepare<'s, S: PageRead>(
 }
 
 impl<S: PageRead> PreparedQuery<'_, S> {
+    /// Scores with `stats` instead of this index's own: the statistics of a whole collection
+    /// this index holds a part of (a shard), so its scores are the whole collection's.
+    pub fn with_stats(mut self, stats: &QueryStats) -> Self {
+        let o = &self.meta.options;
+        self.scorer = Scorer::new(o.k1, o.b, o.weights_array(), stats);
+        self.stats = stats.clone();
+        self
+    }
+
     /// The `k` best documents, best first.
     pub fn top_k(&self, k: usize) -> Result<Vec<SearchHit>, Corrupt> {
         self.top_k_cached(k, &mut DocTableCache::default())
