@@ -58,7 +58,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    a record;
+    source record;
 BEGIN
     IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL
        OR NOT (semantic_threshold BETWEEN -1 AND 1) OR NOT (alternative_threshold BETWEEN -1 AND 1)
@@ -82,16 +82,16 @@ BEGIN
         DELETE FROM skills.edge AS e
         WHERE NOT EXISTS (SELECT 1 FROM pg_temp.graph_live_skill AS s WHERE s.id = e.from_skill)
            OR NOT EXISTS (SELECT 1 FROM pg_temp.graph_live_skill AS s WHERE s.id = e.to_skill);
-        FOR a IN SELECT sk.skill_id, sk.k0 FROM skills.skill_key AS sk ORDER BY sk.skill_id LOOP
+        FOR source IN SELECT sk.skill_id, sk.k0 FROM skills.skill_key AS sk ORDER BY sk.skill_id LOOP
             INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-            SELECT a.skill_id, n.skill_id,
+            SELECT source.skill_id, n.skill_id,
                    CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
                    n.sim,
                    CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
-            FROM (SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
+            FROM (SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) source.k0))::real AS sim
                   FROM skills.skill_key AS b
-                  WHERE b.skill_id <> a.skill_id
-                  ORDER BY b.k0 OPERATOR(skills.<#>) a.k0, b.skill_id
+                  WHERE b.skill_id <> source.skill_id
+                  ORDER BY b.k0 OPERATOR(skills.<#>) source.k0, b.skill_id
                   LIMIT neighbours) AS n
             WHERE n.sim >= semantic_threshold AND n.sim > 0
             ON CONFLICT DO NOTHING;
