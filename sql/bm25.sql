@@ -149,11 +149,13 @@ DECLARE
 BEGIN
     IF skills.is_distributed('skills.skill') THEN
         -- Citus: each shard's index returns its best `depth` rows scored with the whole table's
-        -- statistics; Citus merges them. The query has a LIMIT so only those rows travel; ties
-        -- at the k-th place are broken by id on every shard alike. Without k, the depth grows
-        -- until the rows with no query term are reached.
+        -- statistics, and Citus merges them (ORDER BY the operator alone: a tie-break column
+        -- would make every shard sort all its rows instead of scanning its index). The top
+        -- `depth` are exact above their lowest score; the depth grows until that lowest score is
+        -- below the k-th best (so every row tied at the k-th place is in hand, as on one node)
+        -- or below any match when there is no k.
         q := skills.bm25_global_query(query, index);
-        depth := coalesce(k, 100);
+        depth := coalesce(2 * k + 1, 100);  -- usually one fetch: the k-th score and a lower one
         LOOP
             ids := '{}';
             scores := '{}';
@@ -162,17 +164,21 @@ BEGIN
                 SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
                 FROM skills.skill AS s
                 WHERE categories IS NULL OR s.category = ANY (categories)
-                ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q, s.id
+                ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q
                 LIMIT depth
             LOOP
                 got := got + 1;
                 lowest := r.score;
+                IF k IS NOT NULL AND got = k THEN
+                    kth := r.score;
+                END IF;
                 CONTINUE WHEN r.score <= 0;  -- no query term
                 ids := ids || r.id;
                 scores := scores || r.score;
             END LOOP;
-            EXIT WHEN k IS NOT NULL OR got < depth OR lowest <= 0;
+            EXIT WHEN got < depth OR lowest <= 0 OR (kth IS NOT NULL AND lowest < kth);
             depth := depth * 4;
+            kth := NULL;
         END LOOP;
     ELSE
         q := skills.bm25query(query, index);

@@ -620,8 +620,11 @@ fn index_contents_need_select_on_the_table() {
             "SELECT ARRAY['swordfish', '', ''] OPERATOR(skills.<&>) skills.bm25query('swordfish', {bm25}::oid::regclass)"
         ),
         format!(
-            "SELECT ARRAY['swordfish', '', ''] OPERATOR(skills.<&>) ROW({bm25}, 'swordfish')::skills.bm25query"
+            "SELECT ARRAY['swordfish', '', ''] OPERATOR(skills.<&>) ROW({bm25}, 'swordfish', NULL)::skills.bm25query"
         ),
+        // The statistics a distributed search gathers (document frequencies are contents too).
+        format!("SELECT skills.bm25_corpus({bm25}::oid, 'swordfish')"),
+        format!("SELECT skills.bm25_global_query('swordfish', {bm25}::oid::regclass)"),
     ];
     let mut alice = Session::connect(&cluster, "alice", "shared");
     for attack in &attacks {

@@ -44,7 +44,10 @@ struct Prepared {
     key: StatementKey,
     options: IndexOptions,
     terms: Vec<String>,
-    scorer: Scorer,
+    /// None: the named index is a distributed table's, whose statistics do not score a
+    /// shard's rows (see [`refuse_shard_scoring`]); documents without a query term still
+    /// score 0.
+    scorer: Option<Scorer>,
 }
 
 thread_local! {
@@ -108,16 +111,19 @@ fn prepare_query(key: StatementKey, query: &Bm25Query) -> Prepared {
             key,
             options,
             terms,
-            scorer,
+            scorer: Some(scorer),
         };
     }
+    let distributed = names_distributed_index(query.index);
     unsafe {
         let rel = super::open_bm25_index(query.index);
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, &query.text));
-        let scorer = super::reading(rel, &store, || {
-            try_prepare(&store, &terms).or_raise(rel).scorer.clone()
+        let scorer = (!distributed).then(|| {
+            super::reading(rel, &store, || {
+                try_prepare(&store, &terms).or_raise(rel).scorer.clone()
+            })
         });
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         Prepared {
@@ -127,6 +133,32 @@ fn prepare_query(key: StatementKey, query: &Bm25Query) -> Prepared {
             scorer,
         }
     }
+}
+
+/// A query without statistics names the index whose statistics score it. When that index is on
+/// a table Citus distributes, a sequential scan of one of its shards (on a worker) cannot score
+/// with it: the named index is the distributed table's, which holds no rows there, and which
+/// shard a row comes from is not known here. An index scan of the shard binds to the shard's
+/// index instead (scan.rs) and leaves the scores of what it returns as hints; a query built by
+/// skills.bm25_global_query carries the statistics.
+fn names_distributed_index(index: pg_sys::Oid) -> bool {
+    crate::spi::select_one::<bool>(
+        "SELECT skills.is_distributed(i.indrelid) FROM pg_catalog.pg_index AS i WHERE i.indexrelid = $1",
+        &[index.into()],
+    )
+    .unwrap_or(false)
+}
+
+/// The error for a document with a query term that only a shard's index scan could score.
+fn refuse_shard_scoring(index: pg_sys::Oid) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!(
+            "a bm25query naming index {} of a distributed table cannot be scored outside its shards' index scans",
+            index.to_u32()
+        ),
+        Some("Build the query with skills.bm25_global_query(query), which carries the whole table's statistics, or ORDER BY the <&> operator alone (LIMIT k) so that each shard's bm25 index scans it."),
+    )
 }
 
 /// The parts of a `skills.bm25query` datum.
@@ -248,7 +280,13 @@ fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25q
             &p.options.weights_array(),
             &analyzed.lengths,
         );
-        match p.scorer.score(&counts, length) {
+        if counts.iter().all(Option::is_none) {
+            return 0.0;
+        }
+        let Some(scorer) = &p.scorer else {
+            refuse_shard_scoring(q.index)
+        };
+        match scorer.score(&counts, length) {
             Some(score) => -score,
             None => 0.0,
         }

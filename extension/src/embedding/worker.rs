@@ -60,7 +60,7 @@ fn one_pass() -> Pass {
         return Pass::Idle;
     }
     let pending = crate::spi::try_get_one::<bool>(
-        "SELECT EXISTS (SELECT FROM skills.embed_queue WHERE failed_reason IS NULL)",
+        "SELECT EXISTS (SELECT 1 FROM skills.embed_queue WHERE failed_reason IS NULL)",
     )
     .ok()
     .flatten()

@@ -53,7 +53,7 @@ fn due(interval: i32) -> bool {
     let installed = crate::bgworker::extension_installed();
     installed
         && crate::spi::try_get_one_with_args::<bool>(
-            "SELECT EXISTS (SELECT FROM skills.event AS e WHERE e.id > coalesce( \
+            "SELECT EXISTS (SELECT 1 FROM skills.event AS e WHERE e.id > coalesce( \
                      (SELECT r.max_event_id FROM skills.keyopt_round AS r WHERE r.active), 0)) \
                  AND coalesce((SELECT max(r.created_at) FROM skills.keyopt_round AS r), '-infinity') \
                      <= now() - make_interval(secs => $1)",

@@ -112,6 +112,90 @@ mod tests {
         create_index("WITH (name_weight = 0, description_weight = 0, instructions_weight = 0)");
     }
 
+    /// A query carrying statistics scores with them: on one node, the index's own statistics
+    /// carried give exactly the plain query's scores (index scan and sequential scan alike);
+    /// doubled counts (as if another shard held the same rows again) change every score, and
+    /// the index scan and the operator agree on those too.
+    #[pg_test]
+    fn carried_statistics_score_like_the_index_and_change_scores() {
+        without_index();
+        let mut rng = Rng(11);
+        random_skills(&mut rng, 200);
+        create_index("");
+        for _ in 0..8 {
+            let query = rng.words(1, 4);
+            let q = quote(&query);
+            let plain = ordered(&query, "LIMIT 10");
+            let with = |qexpr: &str, seq: bool| {
+                exec(&format!("SET LOCAL enable_seqscan = {}", if seq { "on" } else { "off" }));
+                exec(&format!("SET LOCAL enable_indexscan = {}", if seq { "off" } else { "on" }));
+                let rows = id_scores(&format!(
+                    "SELECT id, {DOC} OPERATOR(skills.<&>) {qexpr} FROM skills.skill \
+                     ORDER BY {DOC} OPERATOR(skills.<&>) {qexpr}, id LIMIT 10"
+                ));
+                exec("RESET enable_seqscan");
+                exec("RESET enable_indexscan");
+                rows
+            };
+            let global = format!("skills.bm25_global_query({q})");
+            for seq in [false, true] {
+                let carried = with(&global, seq);
+                assert_eq!(carried.len(), plain.len(), "{query:?}");
+                for (a, b) in carried.iter().zip(&plain) {
+                    assert!((a.1 - b.1).abs() <= 1e-12, "{query:?} seq {seq}: {carried:?} vs {plain:?}");
+                }
+            }
+            // Twice the collection: every document and term count doubled.
+            let doubled = format!(
+                "ROW(skills.bm25_index()::oid, {q}, skills.bm25_corpus_sum(ARRAY[skills.bm25_corpus(skills.bm25_index(), {q}), skills.bm25_corpus(skills.bm25_index(), {q})]))::skills.bm25query"
+            );
+            let by_index = with(&doubled, false);
+            let by_seqscan = with(&doubled, true);
+            assert_eq!(by_index.len(), by_seqscan.len());
+            for (a, b) in by_index.iter().zip(&by_seqscan) {
+                assert!((a.1 - b.1).abs() <= 1e-12, "{query:?}: {by_index:?} vs {by_seqscan:?}");
+            }
+            if let (Some(a), Some(b)) = (by_index.first(), plain.first()) {
+                if b.1 < 0.0 {
+                    assert!((a.1 - b.1).abs() > 1e-9, "{query:?}: doubled statistics left {a:?}");
+                }
+            }
+        }
+    }
+
+    #[pg_test]
+    fn statistics_from_other_options_or_malformed_are_refused() {
+        without_index();
+        insert("rust", "panic backtrace", "run it");
+        create_index("");
+        let corpus = one::<pgrx::JsonB>("SELECT skills.bm25_corpus(skills.bm25_index(), 'rust panic')");
+        let text = corpus.0.to_string();
+        assert!(text.contains("\"documents\":1"), "{text}");
+        let scan = |json: &str| {
+            format!(
+                "PERFORM id FROM skills.skill ORDER BY {DOC} OPERATOR(skills.<&>) \
+                 ROW(skills.bm25_index()::oid, 'rust', {}::jsonb)::skills.bm25query LIMIT 1",
+                quote(json)
+            )
+        };
+        // The index scan checks the options (a sequential scan scores with the carried ones).
+        exec("SET LOCAL enable_seqscan = off");
+        let other_k1 = text.replace("\"k1\":1.5", "\"k1\":1.2");
+        assert_refused(&scan(&other_k1), "invalid_parameter_value", "%other index options%");
+        let too_many = text.replace("\"documents\":1", "\"documents\":0");
+        assert_refused(&scan(&too_many), "invalid_parameter_value", "%document frequency exceeds%");
+        assert_refused(&scan("{}"), "invalid_parameter_value", "%statistics are not valid%");
+        assert_refused(
+            &format!(
+                "PERFORM skills.bm25_corpus_sum(ARRAY[{}::jsonb, {}::jsonb])",
+                quote(&text),
+                quote(&other_k1)
+            ),
+            "invalid_parameter_value",
+            "%different options%",
+        );
+    }
+
     #[pg_test(error = "skills.skill has no bm25 index")]
     fn bm25query_without_index() {
         without_index();
