@@ -92,11 +92,25 @@ DECLARE
     tbl regclass;
     command text;
     parts jsonb[];
+    part jsonb;
+    shards bigint;
     failed text;
 BEGIN
     SELECT i.indrelid INTO tbl FROM pg_catalog.pg_index AS i WHERE i.indexrelid = chosen;
     IF NOT skills.is_distributed(tbl) THEN
         RETURN ROW(chosen::oid, query, skills.bm25_corpus(chosen, query))::skills.bm25query;
+    END IF;
+    -- Each shard's statistics: one query over skills.shard_anchor (one row per shard) reaches
+    -- every shard in parallel over Citus's pooled connections. Where the anchors do not cover
+    -- every shard (split since skills.distribute ran), run_command_on_shards does, over new
+    -- connections (slower).
+    parts := '{}';
+    FOR part IN SELECT skills.bm25_shard_corpus(a.tableoid::regclass, query) FROM skills.shard_anchor AS a LOOP
+        parts := parts || part;
+    END LOOP;
+    EXECUTE 'SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1' INTO shards USING tbl;
+    IF cardinality(parts) = shards THEN
+        RETURN ROW(chosen::oid, query, skills.bm25_corpus_sum(parts))::skills.bm25query;
     END IF;
     -- run_command_on_shards puts each shard's name where %s is (through format(), so a % of
     -- the query is doubled).

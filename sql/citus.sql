@@ -1,6 +1,36 @@
 -- Scale-out on Citus (docs/citus.md): skills.distribute() turns an installed pg_skills into a
 -- distributed layout. Every node runs CREATE EXTENSION pg_skills; this runs on the coordinator.
 
+-- One row on every shard of skills.skill's co-location group (filled by skills.distribute): a
+-- query over it reaches every shard once, over Citus's pooled connections, in parallel. The
+-- distributed bm25 search reads each shard's statistics this way (skills.bm25_global_query).
+CREATE TABLE skills.shard_anchor (id bigint PRIMARY KEY);
+COMMENT ON TABLE skills.shard_anchor IS
+    'Citus: one row per shard of the skills'' co-location group, so one query reaches every shard (skills.distribute fills it).';
+
+-- The bm25 statistics of the skills shard co-located with the shard_anchor shard `anchor` (a
+-- shard's relation on the node that holds it), for `query`. Runs on the workers.
+CREATE FUNCTION skills.bm25_shard_corpus(anchor regclass, query text) RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    anchor_shard bigint := substring((SELECT c.relname FROM pg_catalog.pg_class AS c WHERE c.oid = anchor) FROM '_([0-9]+)$')::bigint;
+    skill_shard bigint;
+BEGIN
+    EXECUTE 'SELECT s.shardid FROM pg_catalog.pg_dist_shard AS a
+             JOIN pg_catalog.pg_dist_shard AS s ON s.shardminvalue = a.shardminvalue
+                  AND s.logicalrelid = ''skills.skill''::regclass
+             WHERE a.shardid = $1' INTO skill_shard USING anchor_shard;
+    IF skill_shard IS NULL THEN
+        RAISE EXCEPTION 'no skills shard is co-located with %', anchor
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Run SELECT skills.distribute() again on the coordinator after changing the shards.';
+    END IF;
+    RETURN skills.bm25_corpus(skills.bm25_index(format('skills.skill_%s', skill_shard)::regclass), query);
+END
+$$;
+
 CREATE FUNCTION skills.distribute(shard_count integer DEFAULT 32)
 RETURNS TABLE (relation regclass, layout text)
 LANGUAGE plpgsql
@@ -40,7 +70,13 @@ BEGIN
         EXECUTE 'SELECT create_distributed_table(''skills.embed_queue'', ''skill_id'', colocate_with => ''skills.skill'')';
         EXECUTE 'SELECT create_distributed_table(''skills.event'', ''id'', shard_count => $1, colocate_with => ''none'')' USING shard_count;
         EXECUTE 'SELECT create_distributed_table(''skills.event_arm'', ''event_id'', colocate_with => ''skills.event'')';
+        EXECUTE 'SELECT create_distributed_table(''skills.shard_anchor'', ''id'', colocate_with => ''skills.skill'')';
     END IF;
+    -- One anchor per shard (again on every call: shards may have been split since).
+    DELETE FROM skills.shard_anchor;
+    EXECUTE 'INSERT INTO skills.shard_anchor
+             SELECT min(g) FROM generate_series(1, 1000000) AS g
+             GROUP BY get_shard_id_for_distribution_column(''skills.skill'', g)';
     RETURN QUERY
         SELECT t.rel, CASE WHEN skills.is_distributed(t.rel) THEN 'distributed' ELSE 'coordinator' END
         FROM unnest(ARRAY['skills.skill', 'skills.skill_version', 'skills.skill_key', 'skills.embed_queue',

@@ -54,7 +54,7 @@ FROM PUBLIC;
 GRANT USAGE ON SCHEMA skills TO skills_reader, skills_worker;
 GRANT SELECT ON
     skills.skill, skills.skill_version, skills.skill_key, skills.compressor,
-    skills.keyopt_round, skills.keyopt_skill, skills.keyopt_rounds,
+    skills.keyopt_round, skills.keyopt_skill, skills.keyopt_rounds, skills.shard_anchor,
     skills.edge, skills.graph_state, skills.event_arm, skills.embedder_status,
     skills.pool_code_generation, skills.pool_testing, skills.pool_debugging,
     skills.pool_refactoring_review, skills.pool_data_ml, skills.pool_devops_infra,
@@ -94,7 +94,7 @@ TO skills_admin;
 GRANT SELECT ON
     skills.skill, skills.skill_key, skills.compressor, skills.embed_queue,
     skills.embedder_progress, skills.edge, skills.graph_state, skills.event, skills.event_arm,
-    skills.keyopt_round, skills.keyopt_skill
+    skills.keyopt_round, skills.keyopt_skill, skills.shard_anchor
 TO skills_worker;
 GRANT INSERT, UPDATE ON skills.skill_key TO skills_worker;
 GRANT UPDATE, DELETE ON skills.embed_queue TO skills_worker;

@@ -5,10 +5,12 @@
 # SKILLS_LOAD=<release skills-load>. Prints markdown tables (benches/RESULTS.md, "Scale-out").
 #
 # Rows: the shared corpus (real skills, keyed by the encoder) replicated in SQL to N skills
-# (default 100000): each replica is a skill's text with five corpus words appended, so BM25
-# statistics change; replicas get pseudo-random unit keys (without a key index, a semantic
+# (default 100000): each replica is a skill's text with five corpus words appended to its
+# description and 0-59 to its instructions (lengths and terms vary, few exact ties); replicas get pseudo-random unit keys (without a key index, a semantic
 # search scans every key either way; this measures cost, not quality).
-# Queries: MetaTool task queries (every 67th). pgbench -M prepared, SECONDS per run.
+# Queries: MetaTool task queries (every 67th). pgbench -M prepared, SECONDS_PER_RUN per run.
+# The graph holds the document-rule edges only (key-similarity edges on Citus take one query per
+# key: minutes at this size).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 D=${PG_SKILLS_CITUS_DIR:-/var/tmp/pg_skills-citus-bench}
@@ -21,7 +23,7 @@ METHODS=${METHODS:-"bm25 semantic hybrid keyopt graph skilltrace"}
 QUERIES_FILE=${QUERIES_FILE:-$root/../shared/bench-data/metatool/queries.jsonl}
 
 "$here/../../tests/citus/build_citus.sh" || { echo "bench: Citus could not be built"; exit 1; }
-trap stop_all EXIT
+[ -n "${KEEP:-}" ] || trap stop_all EXIT   # KEEP=1 leaves the nodes running
 start_all || { echo "bench: nodes did not start (logs in $D)"; exit 1; }
 # Larger buffers on every node, as a server would have.
 for p in $COORD $W1 $W2 $SINGLE; do
@@ -47,7 +49,10 @@ for p in $COORD $SINGLE; do
           SELECT s.name || '-r' || g, s.description || ' ' || array_to_string(ARRAY(
                      SELECT w[1 + abs(hashtext(s.id || ':' || g || ':' || k)) % cardinality(w)]
                      FROM generate_series(1, 5) AS k), ' '),
-                 s.instructions, s.category, '[]'
+                 s.instructions || ' ' || array_to_string(ARRAY(
+                     SELECT w[1 + abs(hashtext(s.id || ':' || g || ':i' || k)) % cardinality(w)]
+                     FROM generate_series(1, 59) AS k WHERE k <= abs(hashtext(s.id || '/' || g)) % 60), ' '),
+                 s.category, '[]'
           FROM (SELECT id, name, description, instructions, category FROM skills.skill ORDER BY id) AS s,
                generate_series(1, $reps) AS g;
         END \$\$" >/dev/null || { echo "bench: replicating on $p failed"; exit 1; }
@@ -78,7 +83,7 @@ for p in $COORD $SINGLE; do
   q $p "SELECT skills.record_run(b.q, jsonb_build_array(jsonb_build_object('skill_id', r.id, 'passed', (b.i + r.id) % 3 <> 0)))
         FROM bench_query AS b, LATERAL (SELECT id FROM skills.search(b.q, method => 'semantic', k => 1)) AS r
         WHERE b.i % 3 = 0;
-        SELECT skills.fit(); SELECT count(*) FROM skills.build_graph();" >/dev/null
+        SELECT skills.fit(); SELECT count(*) FROM skills.build_graph(neighbours => 0);" >/dev/null
 done
 
 for m in $METHODS; do

@@ -43,6 +43,10 @@ placed=$(q $COORD "SELECT string_agg(DISTINCT p.nodeport::text, ',' ORDER BY p.n
                    FROM pg_dist_shard AS s JOIN pg_dist_shard_placement AS p USING (shardid)
                    WHERE s.logicalrelid = 'skills.skill'::regclass")
 [ "$placed" = "$W1,$W2" ] && ok "the skills' shards are on both workers ($placed)" || bad "shard placement: $placed"
+# One anchor per shard: the statistics of every shard are read by one query over pooled
+# connections (skills.bm25_global_query).
+anchors=$(q $COORD "SELECT count(DISTINCT get_shard_id_for_distribution_column('skills.skill', id)) || '/' || count(*) FROM skills.shard_anchor")
+[ "$anchors" = "4/4" ] && ok "one shard anchor per shard (4)" || bad "shard anchors: $anchors"
 
 # The same rows on both sides: the demo corpus, then the shared corpus when it is there.
 for p in $COORD $SINGLE; do
@@ -124,6 +128,12 @@ searches_sql() {
     done
     echo "SELECT '$method/rendered ' || md5(skills.render_context(\$q\$${QUERIES[0]}\$q\$, token_budget => 2000, method => '$method')) || ' 0';"
   done
+  # KeyOpt's batch scoring (every query at once) ranks as on one node too.
+  local list
+  list=$(printf '$q$%s$q$,' "${QUERIES[@]}")
+  echo "WITH b AS MATERIALIZED (SELECT query_no, rank, skill_id, score FROM skills.keyopt_rank_batch(ARRAY[${list%,}], 10))
+        SELECT 'batch/q' || b.query_no || ' ' || s.content_hash || ' ' || b.score FROM b JOIN skills.skill AS s ON s.id = b.skill_id
+        ORDER BY b.query_no, b.rank;"
 }
 compare_all() { # label
   local script out_c out_s mismatched
