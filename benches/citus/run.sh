@@ -19,7 +19,7 @@ BASE=${PG_SKILLS_CITUS_PORT:-54415}
 N=${N:-100000}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 CLIENTS=${CLIENTS:-"1 2 8"}
-METHODS=${METHODS:-"bm25 semantic hybrid keyopt graph skilltrace"}
+METHODS=${METHODS-"bm25 semantic hybrid keyopt graph skilltrace"}  # METHODS="" runs record_run only
 QUERIES_FILE=${QUERIES_FILE:-$root/../shared/bench-data/metatool/queries.jsonl}
 
 "$here/../../tests/citus/build_citus.sh" || { echo "bench: Citus could not be built"; exit 1; }
@@ -95,7 +95,7 @@ done
 cat > "$D/record.sql" <<SQL
 \\set i random(1, $nq)
 \\set s random(1, 1000)
-SELECT skills.record_run((SELECT q FROM bench_query WHERE i = :i), jsonb_build_array(jsonb_build_object('skill_id', :s, 'passed', true)));
+SELECT skills.record_run((SELECT q FROM bench_query WHERE i = :i), jsonb_build_array(jsonb_build_object('skill_id', :s::bigint, 'passed', true)));
 SQL
 
 # pgbench with per-transaction logs: "p50 p95 qps" in ms and 1/s.
@@ -104,7 +104,7 @@ run() { # port script clients
   local out
   out=$(cd "$D" && "$B/pgbench" -h 127.0.0.1 -p "$1" -U postgres -n -M prepared -c "$3" -j "$3" -T "$SECONDS_PER_RUN" \
         -l -f "$2" postgres 2>&1)
-  echo "$out" | grep -q '^tps' || echo "$out" | tail -3 >&2
+  echo "$out" | grep -q '^tps' || echo "$out" | grep -iE 'error|abort' | head -3 >&2
   local tps
   tps=$(echo "$out" | sed -nE 's/^tps = ([0-9.]+).*/\1/p' | head -1)
   cat "$D"/pgbench_log.* | awk '{print $3 / 1000}' | sort -n | awk -v tps="$tps" '
