@@ -73,47 +73,47 @@ BEGIN
     -- (an advisory lock taken before the edge deletion's own row lock could).
     PERFORM FROM skills.graph_state FOR UPDATE;
     DELETE FROM skills.edge AS e WHERE e.provenance LIKE 'auto:%';
-    -- Each key's nearest keys (the skeys index serves the top-k search when there is one).
-    IF to_regclass('pg_temp.graph_pairs') IS NOT NULL THEN DROP TABLE pg_temp.graph_pairs; END IF;
-    CREATE TEMP TABLE graph_pairs (from_skill bigint, to_skill bigint, sim real) ON COMMIT DROP;
     IF neighbours = 0 THEN
         NULL;  -- document rules only
     ELSIF skills.is_distributed('skills.skill_key') THEN
         -- Citus (docs/citus.md): the keys are spread over shards and a lateral join of keys
         -- with keys is not co-located; each key's neighbours come from one top-k query over
-        -- every shard, and the edges of skills that are gone leave with the rebuild.
+        -- every shard's index, and the edges of skills that are gone leave with the rebuild.
         IF to_regclass('pg_temp.graph_live_skill') IS NOT NULL THEN DROP TABLE pg_temp.graph_live_skill; END IF;
         CREATE TEMP TABLE graph_live_skill ON COMMIT DROP AS SELECT s.id FROM skills.skill AS s;
         DELETE FROM skills.edge AS e
         WHERE NOT EXISTS (SELECT 1 FROM pg_temp.graph_live_skill AS s WHERE s.id = e.from_skill)
            OR NOT EXISTS (SELECT 1 FROM pg_temp.graph_live_skill AS s WHERE s.id = e.to_skill);
         FOR source IN SELECT sk.skill_id, sk.k0 FROM skills.skill_key AS sk ORDER BY sk.skill_id LOOP
-            INSERT INTO pg_temp.graph_pairs
-            SELECT source.skill_id, b.skill_id, (-(b.k0 OPERATOR(skills.<#>) source.k0))::real
-            FROM skills.skill_key AS b
-            WHERE b.skill_id <> source.skill_id
-            ORDER BY b.k0 OPERATOR(skills.<#>) source.k0, b.skill_id
-            LIMIT neighbours;
+            INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
+            SELECT source.skill_id, n.skill_id,
+                   CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
+                   n.sim,
+                   CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
+            FROM (SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) source.k0))::real AS sim
+                  FROM skills.skill_key AS b
+                  WHERE b.skill_id <> source.skill_id
+                  ORDER BY b.k0 OPERATOR(skills.<#>) source.k0, b.skill_id
+                  LIMIT neighbours) AS n
+            WHERE n.sim >= semantic_threshold AND n.sim > 0
+            ON CONFLICT DO NOTHING;
         END LOOP;
     ELSE
-        INSERT INTO pg_temp.graph_pairs
-        SELECT a.skill_id, n.skill_id, n.sim
-        FROM skills.skill_key AS a
-        CROSS JOIN LATERAL (
-            SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
-            FROM skills.skill_key AS b
-            WHERE b.skill_id <> a.skill_id
-            ORDER BY b.k0 OPERATOR(skills.<#>) a.k0, b.skill_id
-            LIMIT neighbours) AS n;
-    END IF;
     INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-    SELECT p.from_skill, p.to_skill,
-           CASE WHEN p.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
-           p.sim,
-           CASE WHEN p.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
-    FROM pg_temp.graph_pairs AS p
-    WHERE p.sim >= semantic_threshold AND p.sim > 0
+    SELECT a.skill_id, n.skill_id,
+           CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
+           n.sim,
+           CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
+    FROM skills.skill_key AS a
+    CROSS JOIN LATERAL (
+        SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
+        FROM skills.skill_key AS b
+        WHERE b.skill_id <> a.skill_id
+        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0, b.skill_id
+        LIMIT neighbours) AS n
+    WHERE n.sim >= semantic_threshold AND n.sim > 0
     ON CONFLICT DO NOTHING;
+    END IF;
     INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
     SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
     FROM skills.rule_edges() AS r

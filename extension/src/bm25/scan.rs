@@ -114,7 +114,11 @@ unsafe fn start_query(index: pg_sys::Relation, state: &mut ScanState, argument: 
 /// `skills.bm25query` evaluated on a worker, which names the distributed table's index; the
 /// worker scans the shard's). Citus names a shard `<table>_<shard id>` and its indexes
 /// `<index>_<shard id>` in the same schema; the shard id must also be one of the table's shards
-/// in Citus's metadata. Such a scan scores with the shard's own statistics.
+/// in Citus's metadata. Such a scan scores with the shard's own statistics. (A shard index whose
+/// name Citus had to shorten does not match, and the scan refuses the query as before.)
+///
+/// Safety: `index` is the open relation of the running scan; the catalog lookups take OIDs and
+/// return NULL or InvalidOid for relations that do not exist.
 unsafe fn is_shard_of(index: pg_sys::Relation, named: pg_sys::Oid) -> bool {
     let name_of = |oid: pg_sys::Oid| -> Option<(String, pg_sys::Oid)> {
         let rel_name = pg_sys::get_rel_name(oid);
