@@ -120,7 +120,7 @@ BEGIN
         SELECT array_agg(r.result::jsonb ORDER BY r.shardid) FILTER (WHERE r.success),
                string_agg(format('shard %s on %s:%s: %s', r.shardid, p.nodename, p.nodeport, r.result), '; ')
                    FILTER (WHERE NOT r.success)
-        FROM run_command_on_shards($1, $2) AS r
+        FROM pg_catalog.run_command_on_shards($1, $2) AS r
         LEFT JOIN pg_catalog.pg_dist_shard_placement AS p ON p.shardid = r.shardid
     $q$ INTO parts, failed USING tbl, command;
     IF failed IS NOT NULL THEN

@@ -64,19 +64,19 @@ BEGIN
         -- The skill triggers run on the shard's node: they derive columns of the row itself and
         -- write the history and embedding-queue rows of the same skill, which are co-located.
         PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
-        EXECUTE 'SELECT create_distributed_table(''skills.skill'', ''id'', shard_count => $1)' USING shard_count;
-        EXECUTE 'SELECT create_distributed_table(''skills.skill_version'', ''skill_id'', colocate_with => ''skills.skill'')';
-        EXECUTE 'SELECT create_distributed_table(''skills.skill_key'', ''skill_id'', colocate_with => ''skills.skill'')';
-        EXECUTE 'SELECT create_distributed_table(''skills.embed_queue'', ''skill_id'', colocate_with => ''skills.skill'')';
-        EXECUTE 'SELECT create_distributed_table(''skills.event'', ''id'', shard_count => $1, colocate_with => ''none'')' USING shard_count;
-        EXECUTE 'SELECT create_distributed_table(''skills.event_arm'', ''event_id'', colocate_with => ''skills.event'')';
-        EXECUTE 'SELECT create_distributed_table(''skills.shard_anchor'', ''id'', colocate_with => ''skills.skill'')';
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.skill'', ''id'', shard_count => $1)' USING shard_count;
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.skill_version'', ''skill_id'', colocate_with => ''skills.skill'')';
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.skill_key'', ''skill_id'', colocate_with => ''skills.skill'')';
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.embed_queue'', ''skill_id'', colocate_with => ''skills.skill'')';
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.event'', ''id'', shard_count => $1, colocate_with => ''none'')' USING shard_count;
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.event_arm'', ''event_id'', colocate_with => ''skills.event'')';
+        EXECUTE 'SELECT pg_catalog.create_distributed_table(''skills.shard_anchor'', ''id'', colocate_with => ''skills.skill'')';
     END IF;
     -- One anchor per shard (again on every call: shards may have been split since).
     DELETE FROM skills.shard_anchor;
     EXECUTE 'INSERT INTO skills.shard_anchor
              SELECT min(g) FROM generate_series(1, 1000000) AS g
-             GROUP BY get_shard_id_for_distribution_column(''skills.skill'', g)';
+             GROUP BY pg_catalog.get_shard_id_for_distribution_column(''skills.skill'', g)';
     RETURN QUERY
         SELECT t.rel, CASE WHEN skills.is_distributed(t.rel) THEN 'distributed' ELSE 'coordinator' END
         FROM unnest(ARRAY['skills.skill', 'skills.skill_version', 'skills.skill_key', 'skills.embed_queue',

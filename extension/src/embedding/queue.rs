@@ -35,7 +35,8 @@ fn take_batch(limit: i64) -> Vec<Queued> {
         crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.embed_queue')", &[])
             .unwrap_or(false);
     if distributed
-        && !crate::spi::select_one::<bool>("SELECT citus_is_coordinator()", &[]).unwrap_or(false)
+        && !crate::spi::select_one::<bool>("SELECT pg_catalog.citus_is_coordinator()", &[])
+            .unwrap_or(false)
     {
         return Vec::new();
     }
