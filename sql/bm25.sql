@@ -135,11 +135,11 @@ COMMENT ON FUNCTION skills.bm25_global_query(text, regclass) IS
     'A BM25 query carrying the whole table''s statistics (summed over Citus shards when distributed): scores equal a single node''s.';
 
 -- Top k skills by the bm25 index: exactly the reference scan's answer (score descending, ties by
--- id). Rows come from the index best first; reading stops once k rows are in hand and the next
--- score is strictly lower, so ties at the k-th place are all seen before sorting by id.
--- The loop's query has no LIMIT, so on a small table the planner costs "read every row, score
--- each, sort" about the same as the ordered index scan. It is 30 times slower there (each row is
--- analysed; the scan has the scores), so the function plans without sequential scans and sorts.
+-- id). On one node skills.bm25_top_k reads the index and the rows it names directly. Where the
+-- executor must read the rows (Citus shards; row-level security active for the user), the
+-- operator orders them: the best `depth` rows (LIMIT depth) are exact above their lowest score,
+-- and the depth grows until that lowest score is below the k-th best, so every row tied at the
+-- k-th place is in hand.
 CREATE FUNCTION skills.bm25_index_search(
     query text,
     k integer,
@@ -148,8 +148,6 @@ CREATE FUNCTION skills.bm25_index_search(
 RETURNS TABLE (id bigint, score double precision)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
-SET enable_sort = off
 AS $$
 DECLARE
     q skills.bm25query;
@@ -164,53 +162,39 @@ BEGIN
     IF skills.is_distributed('skills.skill') THEN
         -- Citus: each shard's index returns its best `depth` rows scored with the whole table's
         -- statistics, and Citus merges them (ORDER BY the operator alone: a tie-break column
-        -- would make every shard sort all its rows instead of scanning its index). The top
-        -- `depth` are exact above their lowest score; the depth grows until that lowest score is
-        -- below the k-th best (so every row tied at the k-th place is in hand, as on one node)
-        -- or below any match when there is no k.
+        -- would make every shard sort all its rows instead of scanning its index).
         q := skills.bm25_global_query(query, index);
-        depth := coalesce(2 * k + 1, 100);  -- usually one fetch: the k-th score and a lower one
-        LOOP
-            ids := '{}';
-            scores := '{}';
-            got := 0;
-            FOR r IN
-                SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
-                FROM skills.skill AS s
-                WHERE categories IS NULL OR s.category = ANY (categories)
-                ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q
-                LIMIT depth
-            LOOP
-                got := got + 1;
-                lowest := r.score;
-                IF k IS NOT NULL AND got = k THEN
-                    kth := r.score;
-                END IF;
-                CONTINUE WHEN r.score <= 0;  -- no query term
-                ids := ids || r.id;
-                scores := scores || r.score;
-            END LOOP;
-            EXIT WHEN got < depth OR lowest <= 0 OR (kth IS NOT NULL AND lowest < kth);
-            depth := depth * 4;
-            kth := NULL;
-        END LOOP;
-    ELSE
+    ELSIF row_security_active('skills.skill') THEN
         q := skills.bm25query(query, index);
+    ELSE
+        RETURN QUERY SELECT t.id, t.score FROM skills.bm25_top_k(query, k, categories::text[], index) AS t;
+        RETURN;
+    END IF;
+    depth := coalesce(2 * k + 1, 100);  -- usually one fetch: the k-th score and a lower one
+    LOOP
+        ids := '{}';
+        scores := '{}';
+        got := 0;
         FOR r IN
             SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q) AS score
             FROM skills.skill AS s
             WHERE categories IS NULL OR s.category = ANY (categories)
             ORDER BY ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) q
+            LIMIT depth
         LOOP
-            EXIT WHEN r.score <= 0;  -- the rest contain no query term
-            EXIT WHEN kth IS NOT NULL AND r.score < kth;
-            ids := ids || r.id;
-            scores := scores || r.score;
-            IF k IS NOT NULL AND cardinality(ids) = k THEN
+            got := got + 1;
+            lowest := r.score;
+            IF k IS NOT NULL AND got = k THEN
                 kth := r.score;
             END IF;
+            CONTINUE WHEN r.score <= 0;  -- no query term
+            ids := ids || r.id;
+            scores := scores || r.score;
         END LOOP;
-    END IF;
+        EXIT WHEN got < depth OR lowest <= 0 OR (kth IS NOT NULL AND lowest < kth);
+        depth := depth * 4;
+        kth := NULL;
+    END LOOP;
     RETURN QUERY
         SELECT u.id, u.score FROM unnest(ids, scores) AS u(id, score)
         ORDER BY u.score DESC, u.id

@@ -630,11 +630,16 @@ fn index_contents_need_select_on_the_table() {
     for attack in &attacks {
         alice.assert_refused(attack, "42501");
     }
+    // The direct top-k reads rows through the index it is given: refused before anything is read.
+    let direct = format!("SELECT * FROM skills.bm25_top_k('swordfish', 5, NULL, {bm25}::oid)");
+    alice.assert_refused(&direct, "42501");
     // With SELECT on the tables the same calls answer.
     root.exec("GRANT SELECT ON private.notes, private.vectors TO alice");
     for attack in &attacks {
         alice.exec(attack);
     }
+    // ... and the direct top-k still reads only skills.skill through its own index.
+    alice.assert_refused(&direct, "22023");
     // key_recall's k is bounded (it sizes both searches' candidate lists).
     alice.assert_refused(
         &format!("SELECT skills.key_recall({skeys}::oid::regclass, {key}, 2000000000)"),

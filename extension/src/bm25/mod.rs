@@ -32,6 +32,7 @@ pub mod options;
 pub mod reference;
 mod scan;
 mod stats;
+pub mod top_k;
 mod vacuum;
 
 pub const READERS_LOCK: pg_sys::BlockNumber = 0;

@@ -27,6 +27,11 @@ thread_local! {
     static DOC_TABLES: RefCell<HashMap<u32, DocTableCache>> = RefCell::new(HashMap::new());
 }
 
+/// Runs `f` with the document tables cached for index file `file` (its relfilenode).
+pub(super) fn with_doc_tables<R>(file: u32, f: impl FnOnce(&mut DocTableCache) -> R) -> R {
+    DOC_TABLES.with(|cell| f(cell.borrow_mut().entry(file).or_default()))
+}
+
 #[derive(Default)]
 struct ScanState {
     index_oid: u32,
@@ -173,9 +178,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         };
         let file = (*index).rd_node.relNode.to_u32();
         let hits = reading(index, &store, || {
-            DOC_TABLES.with(|cell| {
-                let mut caches = cell.borrow_mut();
-                let cache = caches.entry(file).or_default();
+            with_doc_tables(file, |cache| {
                 try_prepare(&store, &state.terms).and_then(|p| match &state.stats {
                     Some(stats) => p.with_stats(stats).top_k_cached(want, cache),
                     None => p.top_k_cached(want, cache),

@@ -10,7 +10,6 @@ use pg_skills_kernels::serving::SearchMethod as Method;
 
 use super::graph;
 use super::request::Request;
-use crate::spi::select_one;
 
 /// First-stage hits of each kind that seed the graph walks.
 pub const SEEDS: usize = 10;
@@ -53,14 +52,32 @@ fn depth_arg(depth: Option<usize>) -> Option<i32> {
     depth.map(|d| d.min(i32::MAX as usize) as i32)
 }
 
-/// BM25 (id, score), best first: the bm25 index when there is one, else the reference scan.
+/// BM25 (id, score), best first: straight from the bm25 index on one node (one SPI round trip
+/// to find it), through `skills.bm25_index_search` where the executor must read the rows (Citus,
+/// row-level security), else the reference scan.
 fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> Vec<(i64, f64)> {
-    let indexed =
-        select_one::<bool>("SELECT skills.bm25_index() IS NOT NULL", &[]).unwrap_or(false);
-    let sql = if indexed {
-        "SELECT id, score FROM skills.bm25_index_search($1, $2, $3::skills.category[], skills.bm25_index())"
-    } else {
-        "SELECT id, score FROM skills.bm25_scan($1, $2, $3)"
+    let (index, distributed) = crate::spi::read(|client| {
+        let row = client
+            .select(
+                "SELECT skills.bm25_index()::oid, skills.is_distributed('skills.skill')",
+                None,
+                &[],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<pgrx::pg_sys::Oid>(1)?,
+            row.get::<bool>(2)?.unwrap_or(false),
+        ))
+    });
+    let sql = match index {
+        Some(index)
+            if !distributed
+                && crate::bm25::top_k::direct_allowed(crate::bm25::top_k::skill_table()) =>
+        {
+            return crate::bm25::top_k::search(index, query, depth, categories.as_deref());
+        }
+        Some(_) => "SELECT id, score FROM skills.bm25_index_search($1, $2, $3::skills.category[], skills.bm25_index())",
+        None => "SELECT id, score FROM skills.bm25_scan($1, $2, $3)",
     };
     id_scores(
         sql,

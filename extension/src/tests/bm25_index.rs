@@ -127,8 +127,14 @@ mod tests {
             let q = quote(&query);
             let plain = ordered(&query, "LIMIT 10");
             let with = |qexpr: &str, seq: bool| {
-                exec(&format!("SET LOCAL enable_seqscan = {}", if seq { "on" } else { "off" }));
-                exec(&format!("SET LOCAL enable_indexscan = {}", if seq { "off" } else { "on" }));
+                exec(&format!(
+                    "SET LOCAL enable_seqscan = {}",
+                    if seq { "on" } else { "off" }
+                ));
+                exec(&format!(
+                    "SET LOCAL enable_indexscan = {}",
+                    if seq { "off" } else { "on" }
+                ));
                 let rows = id_scores(&format!(
                     "SELECT id, {DOC} OPERATOR(skills.<&>) {qexpr} FROM skills.skill \
                      ORDER BY {DOC} OPERATOR(skills.<&>) {qexpr}, id LIMIT 10"
@@ -142,7 +148,10 @@ mod tests {
                 let carried = with(&global, seq);
                 assert_eq!(carried.len(), plain.len(), "{query:?}");
                 for (a, b) in carried.iter().zip(&plain) {
-                    assert!((a.1 - b.1).abs() <= 1e-12, "{query:?} seq {seq}: {carried:?} vs {plain:?}");
+                    assert!(
+                        (a.1 - b.1).abs() <= 1e-12,
+                        "{query:?} seq {seq}: {carried:?} vs {plain:?}"
+                    );
                 }
             }
             // Twice the collection: every document and term count doubled.
@@ -153,11 +162,17 @@ mod tests {
             let by_seqscan = with(&doubled, true);
             assert_eq!(by_index.len(), by_seqscan.len());
             for (a, b) in by_index.iter().zip(&by_seqscan) {
-                assert!((a.1 - b.1).abs() <= 1e-12, "{query:?}: {by_index:?} vs {by_seqscan:?}");
+                assert!(
+                    (a.1 - b.1).abs() <= 1e-12,
+                    "{query:?}: {by_index:?} vs {by_seqscan:?}"
+                );
             }
             if let (Some(a), Some(b)) = (by_index.first(), plain.first()) {
                 if b.1 < 0.0 {
-                    assert!((a.1 - b.1).abs() > 1e-9, "{query:?}: doubled statistics left {a:?}");
+                    assert!(
+                        (a.1 - b.1).abs() > 1e-9,
+                        "{query:?}: doubled statistics left {a:?}"
+                    );
                 }
             }
         }
@@ -168,7 +183,8 @@ mod tests {
         without_index();
         insert("rust", "panic backtrace", "run it");
         create_index("");
-        let corpus = one::<pgrx::JsonB>("SELECT skills.bm25_corpus(skills.bm25_index(), 'rust panic')");
+        let corpus =
+            one::<pgrx::JsonB>("SELECT skills.bm25_corpus(skills.bm25_index(), 'rust panic')");
         let text = corpus.0.to_string();
         assert!(text.contains("\"documents\":1"), "{text}");
         let scan = |json: &str| {
@@ -181,10 +197,22 @@ mod tests {
         // The index scan checks the options (a sequential scan scores with the carried ones).
         exec("SET LOCAL enable_seqscan = off");
         let other_k1 = text.replace("\"k1\":1.5", "\"k1\":1.2");
-        assert_refused(&scan(&other_k1), "invalid_parameter_value", "%other index options%");
+        assert_refused(
+            &scan(&other_k1),
+            "invalid_parameter_value",
+            "%other index options%",
+        );
         let too_many = text.replace("\"documents\":1", "\"documents\":0");
-        assert_refused(&scan(&too_many), "invalid_parameter_value", "%document frequency exceeds%");
-        assert_refused(&scan("{}"), "invalid_parameter_value", "%statistics are not valid%");
+        assert_refused(
+            &scan(&too_many),
+            "invalid_parameter_value",
+            "%document frequency exceeds%",
+        );
+        assert_refused(
+            &scan("{}"),
+            "invalid_parameter_value",
+            "%statistics are not valid%",
+        );
         assert_refused(
             &format!(
                 "PERFORM skills.bm25_corpus_sum(ARRAY[{}::jsonb, {}::jsonb])",
@@ -235,5 +263,114 @@ mod tests {
             search("'rust backtrace', k => 1").first().map(|h| h.0),
             Some(id)
         );
+    }
+
+    /// What the operator path answers: rows with a query term in `ORDER BY doc <&> q, id`
+    /// order (the tie-break makes it a sort over a sequential scan), optionally in categories.
+    fn operator_top(query: &str, k: Option<usize>, categories: &str) -> Vec<(i64, f64)> {
+        let q = format!("skills.bm25query({})", quote(query));
+        let filter = if categories == "NULL" {
+            String::new()
+        } else {
+            format!("AND category::text = ANY ({categories}::text[])")
+        };
+        let limit = k.map_or(String::new(), |k| format!("LIMIT {k}"));
+        id_scores(&format!(
+            "SELECT id, score FROM (SELECT id, category, -({DOC} OPERATOR(skills.<&>) {q}) AS score \
+             FROM skills.skill) AS s WHERE score > 0 {filter} ORDER BY score DESC, id {limit}"
+        ))
+    }
+
+    fn assert_same(a: &[(i64, f64)], b: &[(i64, f64)], what: &str) {
+        assert_eq!(ids_of(a), ids_of(b), "{what}: {a:?} vs {b:?}");
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x.1 - y.1).abs() <= 1e-9 * y.1.abs(),
+                "{what}: {x:?} vs {y:?}"
+            );
+        }
+    }
+
+    /// The direct top-k (index hits, rows fetched through the table AM) against the operator
+    /// path, with what a heap holds between VACUUMs: dead rows the index still names, HOT
+    /// chains whose root the index names, new versions, and rows outside the categories asked.
+    #[pg_test]
+    fn direct_top_k_equals_the_operator_path_over_dead_hot_and_filtered_rows() {
+        without_index();
+        // Room on every page, so updates of unindexed columns stay on the page (HOT).
+        exec("ALTER TABLE skills.skill SET (fillfactor = 40)");
+        let mut rng = Rng(20261203);
+        random_skills(&mut rng, 240);
+        exec("UPDATE skills.skill SET category = CASE WHEN id % 3 = 0 THEN 'testing'::skills.category ELSE 'debugging' END");
+        create_index("");
+        let hot_before: i64 =
+            one("SELECT pg_stat_get_xact_tuples_hot_updated('skills.skill'::regclass)");
+        exec("UPDATE skills.skill SET category_locked = true WHERE id % 4 = 0");
+        let hot_after: i64 =
+            one("SELECT pg_stat_get_xact_tuples_hot_updated('skills.skill'::regclass)");
+        assert!(
+            hot_after > hot_before + 20,
+            "HOT updates: {hot_before} -> {hot_after}"
+        );
+        exec("DELETE FROM skills.skill WHERE id % 5 = 0");
+        exec("UPDATE skills.skill SET instructions = instructions || ' rust rust panic' WHERE id % 7 = 0");
+        let index: i64 = one("SELECT skills.bm25_index()::oid::bigint");
+        for _ in 0..12 {
+            let query = rng.words(1, 5);
+            for k in [Some(1), Some(3), Some(10), None] {
+                for categories in ["NULL", "'{testing}'"] {
+                    let sql_k = k.map_or("NULL".to_string(), |k| k.to_string());
+                    let direct = id_scores(&format!(
+                        "SELECT id, score FROM skills.bm25_top_k({}, {sql_k}, {categories}, {index})",
+                        quote(&query)
+                    ));
+                    let reference = operator_top(&query, k, categories);
+                    assert_same(
+                        &direct,
+                        &reference,
+                        &format!("{query:?} k {sql_k} {categories}"),
+                    );
+                    if k.is_some() && categories == "NULL" {
+                        assert_same(
+                            &search(&format!("{}, k => {sql_k}", quote(&query))),
+                            &reference,
+                            "skills.search",
+                        );
+                    }
+                }
+            }
+        }
+        // A deleted row the index still names is not served; a HOT-updated one is.
+        let deleted = id_scores("SELECT id, 0::float8 FROM skills.bm25_top_k('rust panic', NULL, NULL, skills.bm25_index())");
+        assert!(deleted.iter().all(|r| r.0 % 5 != 0), "{deleted:?}");
+        assert!(deleted.iter().any(|r| r.0 % 4 == 0), "{deleted:?}");
+    }
+
+    /// Row-level security: the direct path does not apply policies, so a user they apply to is
+    /// served by the operator path (policies applied, still k rows), and the direct function
+    /// refuses.
+    #[pg_test]
+    fn row_level_security_is_applied_to_bm25_searches() {
+        without_index();
+        let mut rng = Rng(41);
+        random_skills(&mut rng, 120);
+        exec("UPDATE skills.skill SET category = CASE WHEN id % 2 = 0 THEN 'testing'::skills.category ELSE 'debugging' END");
+        create_index("");
+        exec("CREATE ROLE skills_rls_reader_test");
+        exec("GRANT skills_reader TO skills_rls_reader_test");
+        exec("ALTER TABLE skills.skill ENABLE ROW LEVEL SECURITY");
+        exec("CREATE POLICY only_debugging ON skills.skill FOR SELECT USING (category = 'debugging')");
+        let query = "rust panic docker test python";
+        let expected = operator_top(query, Some(10), "'{debugging}'");
+        assert_eq!(expected.len(), 10);
+        exec("SET LOCAL ROLE skills_rls_reader_test");
+        let served = search(&format!("{}, k => 10", quote(query)));
+        assert_same(&served, &expected, "under the policy");
+        assert_refused(
+            "PERFORM * FROM skills.bm25_top_k('rust', 5, NULL, skills.bm25_index())",
+            "feature_not_supported",
+            "%row-level security%",
+        );
+        exec("RESET ROLE");
     }
 }

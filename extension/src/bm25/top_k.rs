@@ -1,0 +1,290 @@
+//! `skills.bm25_top_k`: the k best skills straight from the bm25 index, for `skills.search` and
+//! the methods BM25 seeds — no executor, no ordered index scan in batches, no `<&>` call per row.
+//!
+//! The kernel computes the index's top hits (block-max MaxScore: the scores an index scan of
+//! `doc <&> q` returns); each hit's row is read through the table access method's index-fetch
+//! interface, which follows HOT chains and applies the statement's snapshot. Rows that are dead
+//! or outside the asked categories are skipped, and the index is asked for 4× more until k rows
+//! are in hand and a hit scored below the k-th proves that no row tied with it is missing. The
+//! answer is the SQL operator path's: `ORDER BY doc <&> q, id LIMIT k` over the visible rows
+//! with a query term (tested both ways).
+//!
+//! Row-level security is the executor's to apply: where it is active for the user, and on a
+//! table Citus distributes, `skills.bm25_index_search` orders by the operator instead.
+
+use std::collections::{HashMap, HashSet};
+
+use pgrx::prelude::*;
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+use pg_skills_kernels::bm25index::{query_terms, try_prepare, SearchHit, Tid};
+
+use super::{checked_meta, reading, scan::with_doc_tables, with_analyzer};
+use crate::errors::raise;
+use crate::storage::{BufferStore, Mode, OrRaise};
+
+/// How many hits the first reading asks for, beyond k: a few spare rows for dead and filtered
+/// ones, and one below the k-th score to close the ties (usually the only reading).
+fn first_want(k: usize) -> usize {
+    k.saturating_mul(2).saturating_add(1)
+}
+
+/// Whether the direct path may read `table` for the current user: false where row-level security
+/// applies (policies are the executor's to enforce).
+pub fn direct_allowed(table: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup by OID on the backend's thread; noError, so no ERROR of its own.
+    unsafe {
+        pg_sys::check_enable_rls(table, pg_sys::InvalidOid, true)
+            != pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+    }
+}
+
+/// The k best (id, score) of skills.skill by `index` (a bm25 index on it), best first, ties by
+/// id; `categories` (labels) restricts the rows; k None: every row with a query term.
+pub fn search(
+    index: pg_sys::Oid,
+    query: &str,
+    k: Option<usize>,
+    categories: Option<&[String]>,
+) -> Vec<(i64, f64)> {
+    if k == Some(0) {
+        return Vec::new();
+    }
+    let rel = super::open_bm25_index(index);
+    // SAFETY: `rel` is open (AccessShareLock) until the end of this block; the heap it indexes is
+    // opened and kept locked like any relation a query reads; the index-fetch state and the slot
+    // are created for that heap and released before it is closed; hits are read under the
+    // readers lock (`reading`) and hold only TIDs and scores afterwards.
+    unsafe {
+        let table = pg_sys::IndexGetRelation(index, false);
+        let skill = skill_table();
+        if table != skill {
+            pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "index {} is not on skills.skill",
+                    crate::am::relation_name(rel)
+                ),
+                Some("Pass skills.bm25_index(), the bm25 index on skills.skill."),
+            );
+        }
+        let store = BufferStore::new(rel, Mode::Logged);
+        let meta = checked_meta(&store, rel);
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
+        let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let mut rows = RowReader::new(heap, categories);
+        let file = (*rel).rd_node.relNode.to_u32();
+        let mut want = k.map_or(usize::MAX, first_want);
+        let mut accepted: Vec<(i64, f64)> = Vec::new();
+        let mut read: HashSet<Tid> = HashSet::new();
+        loop {
+            let hits: Vec<SearchHit> = if terms.is_empty() {
+                Vec::new()
+            } else {
+                reading(rel, &store, || {
+                    with_doc_tables(file, |cache| {
+                        try_prepare(&store, &terms).and_then(|p| p.top_k_cached(want, cache))
+                    })
+                })
+                .or_raise(rel)
+            };
+            // Hits come best first (score, then TID); a reading deeper than the last one starts
+            // with the same hits, which were read already.
+            for hit in &hits {
+                if hit.score <= 0.0 || !read.insert(hit.tid) {
+                    continue;
+                }
+                if let Some(id) = rows.visible_id(hit.tid) {
+                    accepted.push((id, hit.score));
+                }
+            }
+            let exhausted = hits.len() < want;
+            let kth = k.and_then(|k| accepted.get(k - 1)).map(|x| x.1);
+            let lowest = hits.last().map(|h| h.score);
+            if exhausted || matches!((kth, lowest), (Some(kth), Some(low)) if low < kth) {
+                break;
+            }
+            want = want.saturating_mul(4);
+        }
+        rows.finish();
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        accepted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if let Some(k) = k {
+            accepted.truncate(k);
+        }
+        accepted
+    }
+}
+
+/// skills.skill's OID (InvalidOid if it is missing).
+pub fn skill_table() -> pg_sys::Oid {
+    // SAFETY: a name lookup; missing_ok, so InvalidOid instead of an ERROR.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"skills".as_ptr(), true);
+        pg_sys::get_relname_relid(c"skill".as_ptr(), schema)
+    }
+}
+
+/// Reads the id (and category) of the row an index entry points at, if the statement's snapshot
+/// sees it.
+struct RowReader {
+    heap: pg_sys::Relation,
+    fetch: *mut pg_sys::IndexFetchTableData,
+    slot: *mut pg_sys::TupleTableSlot,
+    snapshot: pg_sys::Snapshot,
+    id_attnum: i32,
+    /// The category column and the labels asked for; None: every category.
+    category: Option<(i32, HashSet<String>)>,
+    /// Labels of the category enum's values met so far.
+    labels: HashMap<pg_sys::Oid, bool>,
+    fetched: u32,
+}
+
+impl RowReader {
+    /// Safety: `heap` is open for the life of the reader.
+    unsafe fn new(heap: pg_sys::Relation, categories: Option<&[String]>) -> RowReader {
+        let id_attnum = column(heap, c"id", pg_sys::INT8OID);
+        let category = categories.map(|c| {
+            let attnum = column(heap, c"category", pg_sys::InvalidOid);
+            (attnum, c.iter().cloned().collect())
+        });
+        let am = (*heap).rd_tableam;
+        let fetch = (*am)
+            .index_fetch_begin
+            .expect("a table AM fetches by index")(heap);
+        let mut snapshot = pg_sys::GetActiveSnapshot();
+        if snapshot.is_null() {
+            snapshot = pg_sys::GetTransactionSnapshot();
+        }
+        RowReader {
+            heap,
+            fetch,
+            slot: pg_sys::table_slot_create(heap, std::ptr::null_mut()),
+            snapshot,
+            id_attnum,
+            category,
+            labels: HashMap::new(),
+            fetched: 0,
+        }
+    }
+
+    /// The row's id when the snapshot sees a version of it (following a HOT chain from the
+    /// TID the index holds) and its category is one asked for.
+    fn visible_id(&mut self, tid: Tid) -> Option<i64> {
+        self.fetched += 1;
+        if self.fetched.is_multiple_of(64) {
+            pgrx::check_for_interrupts!();
+        }
+        // SAFETY: the fetch state and slot were made for `heap`, which is open; `ptr` is a
+        // valid TID to look up (one the table does not have is found invisible).
+        unsafe {
+            let mut ptr = pg_sys::ItemPointerData::default();
+            pgrx::itemptr::item_pointer_set_all(&mut ptr, tid.block, tid.offset);
+            let mut call_again = false;
+            let mut all_dead = false;
+            let fetch_tuple = (*(*self.heap).rd_tableam)
+                .index_fetch_tuple
+                .expect("a table AM fetches by index");
+            let found = fetch_tuple(
+                self.fetch,
+                &mut ptr,
+                self.snapshot,
+                self.slot,
+                &mut call_again,
+                &mut all_dead,
+            );
+            if !found {
+                return None;
+            }
+            let mut isnull = false;
+            let id = pg_sys::slot_getattr(self.slot, self.id_attnum, &mut isnull);
+            let id = (!isnull).then(|| id.value() as i64);
+            let allowed = match &self.category {
+                None => true,
+                Some((attnum, wanted)) => {
+                    let value = pg_sys::slot_getattr(self.slot, *attnum, &mut isnull);
+                    !isnull && {
+                        let oid = pg_sys::Oid::from(value.value() as u32);
+                        *self.labels.entry(oid).or_insert_with(|| {
+                            wanted.contains(&pgrx::enum_helper::lookup_enum_by_oid(oid).0)
+                        })
+                    }
+                }
+            };
+            pg_sys::ExecClearTuple(self.slot);
+            id.filter(|_| allowed)
+        }
+    }
+
+    fn finish(self) {
+        // SAFETY: made in `new` for this heap, not used after.
+        unsafe {
+            (*(*self.heap).rd_tableam)
+                .index_fetch_end
+                .expect("a table AM fetches by index")(self.fetch);
+            pg_sys::ExecDropSingleTupleTableSlot(self.slot);
+        }
+    }
+}
+
+/// The attribute number of column `name` of `heap` (of type `type_oid` unless InvalidOid), or an
+/// ERROR: the direct path reads skills.skill's id and category.
+unsafe fn column(heap: pg_sys::Relation, name: &std::ffi::CStr, type_oid: pg_sys::Oid) -> i32 {
+    let attnum = pg_sys::get_attnum((*heap).rd_id, name.as_ptr());
+    let ok = attnum > 0
+        && (type_oid == pg_sys::InvalidOid
+            || pg_sys::get_atttype((*heap).rd_id, attnum) == type_oid);
+    if !ok {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+            format!("skills.skill has no column {}", name.to_string_lossy()),
+            Some("The extension's skills.skill table was changed; reinstall the extension."),
+        );
+    }
+    attnum as i32
+}
+
+/// The k best skills by a bm25 index on skills.skill, read from the index directly (see the
+/// module comment): (id, score), score descending, ties by id. Where row-level security applies,
+/// use skills.bm25_index_search, which orders by the operator.
+#[pg_extern(stable, parallel_safe)]
+fn bm25_top_k(
+    query: &str,
+    k: Option<i32>,
+    categories: Option<Vec<String>>,
+    index: pg_sys::Oid,
+) -> TableIterator<'static, (name!(id, i64), name!(score, f64))> {
+    if let Some(k) = k.filter(|&k| k < 0) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("k must be at least 0, got {k}"),
+            Some("Pass NULL for every row with a query term."),
+        );
+    }
+    crate::guc::check_query_size(query);
+    if crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.skill')", &[])
+        .unwrap_or(false)
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "skills.bm25_top_k reads one node's index; skills.skill is distributed",
+            Some("Use skills.bm25_index_search, which asks every shard."),
+        );
+    }
+    let table = unsafe { pg_sys::IndexGetRelation(index, true) };
+    if table != pg_sys::InvalidOid && !direct_allowed(table) {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "skills.bm25_top_k does not apply row-level security",
+            Some("Row-level security is active on skills.skill: use skills.bm25_index_search, which applies it."),
+        );
+    }
+    TableIterator::new(search(
+        index,
+        query,
+        k.map(|k| k as usize),
+        categories.as_deref(),
+    ))
+}
