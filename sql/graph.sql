@@ -59,6 +59,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     source record;
+    live bigint[];
 BEGIN
     IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL
        OR NOT (semantic_threshold BETWEEN -1 AND 1) OR NOT (alternative_threshold BETWEEN -1 AND 1)
@@ -79,11 +80,12 @@ BEGIN
         -- Citus (docs/citus.md): the keys are spread over shards and a lateral join of keys
         -- with keys is not co-located; each key's neighbours come from one top-k query over
         -- every shard's index, and the edges of skills that are gone leave with the rebuild.
-        IF to_regclass('pg_temp.graph_live_skill') IS NOT NULL THEN DROP TABLE pg_temp.graph_live_skill; END IF;
-        CREATE TEMP TABLE graph_live_skill ON COMMIT DROP AS SELECT s.id FROM skills.skill AS s;
+        -- The live ids as a value (Citus cannot join the local edge table with the distributed
+        -- skills, and the embedder worker's rebuild runs where temporary tables are refused).
+        live := ARRAY(SELECT s.id FROM skills.skill AS s);
         DELETE FROM skills.edge AS e
-        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.graph_live_skill AS s WHERE s.id = e.from_skill)
-           OR NOT EXISTS (SELECT 1 FROM pg_temp.graph_live_skill AS s WHERE s.id = e.to_skill);
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(live) AS s(id) WHERE s.id = e.from_skill)
+           OR NOT EXISTS (SELECT 1 FROM unnest(live) AS s(id) WHERE s.id = e.to_skill);
         FOR source IN SELECT sk.skill_id, sk.k0 FROM skills.skill_key AS sk ORDER BY sk.skill_id LOOP
             INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
             SELECT source.skill_id, n.skill_id,

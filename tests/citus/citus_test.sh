@@ -212,6 +212,20 @@ else
   bad "the embedder worker did not key the new skill in 120 s"
   grep -E 'ERROR|FATAL' "$D/n$COORD.log" | tail -5
 fi
+# Then it rebuilds the graph (as the workers' role, in a security-restricted context: no
+# temporary tables).
+rebuilt=0
+for _ in $(seq 1 120); do
+  if [ "$(q $COORD "SELECT (SELECT built_at FROM skills.graph_state) >= (SELECT max(embedded_at) FROM skills.skill_key)")" = t ]; then
+    rebuilt=1; break
+  fi
+  sleep 1
+done
+if [ "$rebuilt" = 1 ]; then
+  ok "the embedder worker rebuilt the graph on Citus"
+else
+  bad "the embedder worker did not rebuild the graph: $(q $COORD "SELECT last_error FROM skills.embedder_progress")"
+fi
 q $COORD "DELETE FROM skills.skill WHERE name = 'worker-keyed'" >/dev/null
 
 # A worker stops.
