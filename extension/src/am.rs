@@ -349,8 +349,34 @@ pub unsafe fn rescan<T: OrderedScan>(
     slot.started = false;
     slot.scan = T::default();
     let key = order_by_key(orderbys, norderbys, T::USAGE);
+    count_index_scan((*scan).indexRelation);
     slot.scan.start((*scan).indexRelation, key);
     slot.started = true;
+}
+
+/// Counts one scan of `index` in the statistics (`pg_stat_user_indexes.idx_scan`), as
+/// PostgreSQL's own access methods do when a scan starts (the C macro pgstat_count_index_scan).
+///
+/// SAFETY: `index` is an open relation.
+pub unsafe fn count_index_scan(index: pg_sys::Relation) {
+    if (*index).pgstat_info.is_null() {
+        if !(*index).pgstat_enabled {
+            return;
+        }
+        pg_sys::pgstat_assoc_relation(index);
+    }
+    if let Some(info) = (*index).pgstat_info.as_mut() {
+        info.t_counts.t_numscans += 1;
+    }
+}
+
+/// Counts `n` index entries returned (`pg_stat_user_indexes.idx_tup_read`).
+///
+/// SAFETY: `index` is an open relation.
+pub unsafe fn count_index_tuples(index: pg_sys::Relation, n: i64) {
+    if let Some(info) = (*index).pgstat_info.as_mut() {
+        info.t_counts.t_tuples_returned += n;
+    }
 }
 
 /// amgettuple for an [`OrderedScan`].
@@ -368,6 +394,7 @@ pub unsafe fn get_tuple<T: OrderedScan>(scan: pg_sys::IndexScanDesc) -> bool {
     }
     match slot.scan.next((*scan).indexRelation) {
         Some(tid) => {
+            count_index_tuples((*scan).indexRelation, 1);
             return_tid(scan, tid.block, tid.offset);
             true
         }

@@ -69,6 +69,7 @@ pub fn search(
                 Some("Pass skills.bm25_index(), the bm25 index on skills.skill."),
             );
         }
+        crate::am::count_index_scan(rel);
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
@@ -95,6 +96,7 @@ pub fn search(
                 if hit.score <= 0.0 || !read.insert(hit.tid) {
                     continue;
                 }
+                crate::am::count_index_tuples(rel, 1);
                 if let Some(id) = rows.visible_id(hit.tid) {
                     accepted.push((id, hit.score));
                 }

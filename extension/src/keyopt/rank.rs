@@ -258,16 +258,23 @@ pub fn ranked(
             &format!("{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1"),
             &[key.clone().into(), ids.clone().into()],
         ),
-        (None, None) => candidates(
-            &format!(
-                "{CANDIDATE_SELECT} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
-                 ORDER BY k.k0 OPERATOR(skills.<#>) skills.key($1), k.skill_id LIMIT $3"
-            ),
-            &[
-                key.clone().into(),
-                categories.clone().into(),
-                read.map(|p| p as i64).into(),
-            ],
+        // Ordered by the distance alone, so that a key index serves it (ties: closed_top).
+        (None, None) => crate::search::rank::closed_top(
+            read,
+            |limit| {
+                candidates(
+                    &format!(
+                        "{CANDIDATE_SELECT} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
+                         ORDER BY k.k0 OPERATOR(skills.<#>) skills.key($1) LIMIT $3"
+                    ),
+                    &[
+                        key.clone().into(),
+                        categories.clone().into(),
+                        limit.map(|p| p as i64).into(),
+                    ],
+                )
+            },
+            |c| (c.0, c.2 as f64),
         ),
     };
     let memory_rows = match &round {

@@ -98,24 +98,68 @@ pub fn bm25_normalised(query: &str) -> HashMap<i64, f32> {
     ))
 }
 
-/// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>`, which the
-/// planner serves from the skeys index when there is one. Skills without a key yet are absent.
+/// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>` alone, which
+/// the planner serves from the skeys index when there is one (a tie-break column in the ORDER BY
+/// would make it sort every key instead); [`closed_top`] resolves the ties. Skills without a key
+/// yet are absent.
 pub fn semantic(
     key: &[f32],
     categories: Option<Vec<String>>,
     depth: Option<usize>,
 ) -> Vec<(i64, f64)> {
-    id_scores(
-        "SELECT sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) skills.key($1)))::float8 \
-         FROM skills.skill_key AS sk JOIN skills.skill AS s ON s.id = sk.skill_id \
-         WHERE $2::text[] IS NULL OR s.category::text = ANY ($2) \
-         ORDER BY sk.k0 OPERATOR(skills.<#>) skills.key($1), sk.skill_id LIMIT $3",
-        &[
-            key.to_vec().into(),
-            categories.into(),
-            depth.map(|d| d as i64).into(),
-        ],
+    closed_top(
+        depth,
+        |limit| {
+            id_scores(
+                "SELECT sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) skills.key($1)))::float8 \
+                 FROM skills.skill_key AS sk JOIN skills.skill AS s ON s.id = sk.skill_id \
+                 WHERE $2::text[] IS NULL OR s.category::text = ANY ($2) \
+                 ORDER BY sk.k0 OPERATOR(skills.<#>) skills.key($1) LIMIT $3",
+                &[
+                    key.to_vec().into(),
+                    categories.clone().into(),
+                    limit.map(|d| d as i64).into(),
+                ],
+            )
+        },
+        |r| (r.0, r.1),
     )
+}
+
+/// The best `depth` rows (all: None) by score descending, ties by id, from `fetch(limit)`: rows
+/// ordered by an index's distance with that LIMIT (None: no limit). One row more than `depth`
+/// is read; when it ties the last kept one, 4× more, until the row past the cut scores lower, so
+/// the rows tied at the cut are all in hand before they are ordered by id.
+pub fn closed_top<T>(
+    depth: Option<usize>,
+    fetch: impl Fn(Option<usize>) -> Vec<T>,
+    key: impl Fn(&T) -> (i64, f64),
+) -> Vec<T> {
+    let order = |rows: &mut Vec<T>| {
+        rows.sort_by(|a, b| {
+            let (a, b) = (key(a), key(b));
+            b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+        })
+    };
+    let Some(depth) = depth else {
+        let mut rows = fetch(None);
+        order(&mut rows);
+        return rows;
+    };
+    if depth == 0 {
+        return Vec::new();
+    }
+    let mut limit = depth + 1;
+    loop {
+        let mut rows = fetch(Some(limit));
+        order(&mut rows);
+        let closed = rows.len() < limit || key(&rows[depth]).1 < key(&rows[depth - 1]).1;
+        if closed {
+            rows.truncate(depth);
+            return rows;
+        }
+        limit = limit.saturating_mul(4);
+    }
 }
 
 fn ids(list: &[(i64, f64)]) -> Vec<i64> {

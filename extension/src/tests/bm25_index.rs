@@ -340,6 +340,12 @@ mod tests {
                 }
             }
         }
+        // Each search counts as a scan of the index (pg_stat_user_indexes.idx_scan).
+        let scans =
+            || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_bm25'::regclass)") };
+        let before = scans();
+        search("'rust panic', k => 3");
+        assert!(scans() > before, "idx_scan did not count the search");
         // A deleted row the index still names is not served; a HOT-updated one is.
         let deleted = id_scores("SELECT id, 0::float8 FROM skills.bm25_top_k('rust panic', NULL, NULL, skills.bm25_index())");
         assert!(deleted.iter().all(|r| r.0 % 5 != 0), "{deleted:?}");

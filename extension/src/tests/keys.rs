@@ -235,4 +235,54 @@ mod tests {
     fn key_stats_of_another_index() {
         exec("SELECT * FROM skills.key_index_stats('skills.skill_bm25')");
     }
+
+    /// Semantic search reads the skeys index (ordered by the distance alone, no tie-break the
+    /// index cannot serve), and still resolves ties at the cut by id as the exact order does.
+    #[pg_test]
+    fn semantic_search_uses_the_key_index_and_orders_ties_by_id() {
+        let mut rng = Rng(77);
+        random_skills(&mut rng, 1500);
+        // Three consecutive skills share each key: ties everywhere.
+        exec(
+            "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
+             SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
+                    skills.key(ARRAY(SELECT ((abs(hashtext((s.id / 3) || ':' || i)) % 2001) - 1000) / 1000.0 / 12.9 \
+                                     FROM generate_series(1, 512) AS i)::real[]) \
+             FROM skills.skill AS s \
+             ON CONFLICT (skill_id) DO UPDATE SET k0 = EXCLUDED.k0",
+        );
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0)");
+        exec("ANALYZE skills.skill_key");
+        exec("ANALYZE skills.skill");
+        exec("SET LOCAL pg_skills.key_probes = 65535");
+        let scans =
+            || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_key_k0'::regclass)") };
+        let ids: Vec<i64> = Spi::connect(|c| {
+            c.select("SELECT id FROM skills.skill ORDER BY id", None, &[])
+                .unwrap()
+                .map(|r| r.get::<i64>(1).unwrap().unwrap())
+                .collect()
+        });
+        for &probe in ids.iter().step_by(97).take(8) {
+            let key: Vec<f32> = one::<Vec<f32>>(&format!(
+                "SELECT k0::real[] FROM skills.skill_key WHERE skill_id = {probe}"
+            ));
+            for depth in [1, 2, 4, 7] {
+                let before = scans();
+                let got = crate::search::rank::semantic(&key, None, Some(depth));
+                assert!(scans() > before, "the skeys index was not scanned");
+                let exact = seqscan(|| {
+                    id_scores(&format!(
+                        "SELECT skill_id, (-(k0 OPERATOR(skills.<#>) {lit}))::float8 FROM skills.skill_key \
+                         ORDER BY k0 OPERATOR(skills.<#>) {lit}, skill_id LIMIT {depth}",
+                        lit = key_literal(&key)
+                    ))
+                });
+                assert_eq!(ids_of(&got), ids_of(&exact), "probe {probe} depth {depth}");
+                for (a, b) in got.iter().zip(&exact) {
+                    assert!((a.1 - b.1).abs() < 1e-6);
+                }
+            }
+        }
+    }
 }
