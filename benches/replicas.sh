@@ -1,0 +1,62 @@
+# Sourced by benches that need many skills (benches/e2e, benches/citus); needs q PORT SQL.
+#
+# replicate_skills PORT N: the skills already loaded at PORT (real skills, keyed by the encoder)
+# replicated in SQL up to about N. Each replica is a skill's text with five words of the
+# corpus's own vocabulary appended to its description and 0-59 to its instructions (lengths and
+# terms vary, few exact ties); replicas get pseudo-random unit keys (a cost measurement, not a
+# quality one), and the embedding queue is emptied (the embedder would encode every replica).
+replicate_skills() {
+  local p=$1 n=$2 base reps
+  base=$(q "$p" "SELECT count(*) FROM skills.skill")
+  reps=$(( (n + base - 1) / base - 1 ))
+  # PL/pgSQL, so that Citus gets the word list as a value.
+  q "$p" "DO \$\$
+        DECLARE w text[];
+        BEGIN
+          SELECT array_agg(x.w) INTO w FROM (SELECT DISTINCT t AS w FROM skills.skill AS s,
+              regexp_split_to_table(lower(s.description), '[^a-z]+') AS t WHERE length(t) > 3 ORDER BY 1 LIMIT 5000) AS x;
+          INSERT INTO skills.skill (name, description, instructions, category, provenance)
+          SELECT s.name || '-r' || g, s.description || ' ' || array_to_string(ARRAY(
+                     SELECT w[1 + abs(hashtext(s.id || ':' || g || ':' || k)) % cardinality(w)]
+                     FROM generate_series(1, 5) AS k), ' '),
+                 s.instructions || ' ' || array_to_string(ARRAY(
+                     SELECT w[1 + abs(hashtext(s.id || ':' || g || ':i' || k)) % cardinality(w)]
+                     FROM generate_series(1, 59) AS k WHERE k <= abs(hashtext(s.id || '/' || g)) % 60), ' '),
+                 s.category, '[]'
+          FROM (SELECT id, name, description, instructions, category FROM skills.skill ORDER BY id) AS s,
+               generate_series(1, $reps) AS g;
+        END \$\$" >/dev/null || { echo "replicating on $p failed"; return 1; }
+  # A key from each id (co-located with the skill on Citus).
+  q "$p" "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0)
+        SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]),
+               skills.key(ARRAY(SELECT ((abs(hashtext(s.id || ':' || i)) % 2001) - 1000) / 1000.0 / 12.9
+                                FROM generate_series(1, 512) AS i)::real[])
+        FROM skills.skill AS s
+        WHERE NOT EXISTS (SELECT 1 FROM skills.skill_key AS k WHERE k.skill_id = s.id);
+        DELETE FROM skills.embed_queue;" >/dev/null || { echo "keys on $p failed"; return 1; }
+  q "$p" "VACUUM ANALYZE" >/dev/null
+}
+
+# bench_queries FILE OUT: every 67th MetaTool task query (300 at most) as "i<TAB>text" lines.
+bench_queries() {
+  python3 - "$1" > "$2" <<'PY'
+import json, sys
+qs = [json.loads(l)["text"] for l in open(sys.argv[1])]
+for i, q in enumerate(qs[::67][:300]):
+    print(f"{i + 1}\t{q.replace(chr(9), ' ').replace(chr(92), ' ')}")
+PY
+}
+
+# pgbench_run PGBIN DIR PORT SCRIPT CLIENTS SECONDS: "p50 p95 qps" (ms, 1/s) from pgbench's
+# per-transaction log (-M prepared).
+pgbench_run() {
+  local bin=$1 dir=$2 port=$3 script=$4 clients=$5 seconds=$6 out tps
+  rm -f "$dir"/pgbench_log.*
+  out=$(cd "$dir" && "$bin/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -M prepared -c "$clients" -j "$clients" \
+        -T "$seconds" -l -f "$script" postgres 2>&1)
+  echo "$out" | grep -q '^tps' || echo "$out" | grep -iE 'error|abort' | head -3 >&2
+  tps=$(echo "$out" | sed -nE 's/^tps = ([0-9.]+).*/\1/p' | head -1)
+  cat "$dir"/pgbench_log.* | awk '{print $3 / 1000}' | sort -n | awk -v tps="$tps" '
+    { v[NR] = $1 } END { if (NR == 0) { print "error - -"; exit }
+      printf "%.2f %.2f %.0f\n", v[int(NR * 0.5) + (NR * 0.5 > int(NR * 0.5))], v[int(NR * 0.95) + (NR * 0.95 > int(NR * 0.95))], tps }'
+}
