@@ -4,4 +4,5 @@
 pub mod beir;
 pub mod eval;
 pub mod metrics;
+pub mod real_keys;
 pub mod timing;

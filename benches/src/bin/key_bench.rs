@@ -4,11 +4,15 @@
 //! - exact search in-process through the same SIMD kernel over the same f16 keys (the ceiling
 //!   of recall and the floor of any scan);
 //! - an in-process HNSW library (hnsw_rs, M = 16, ef_construction = 64, 2 threads) at several
-//!   ef_search: a graph index with no SQL, no executor and no heap fetches.
+//!   ef_search: a graph index with no SQL, no executor and no heap fetches;
+//! - pgvector (`--pgvector-ef`, `--pgvector-probes`; the extension built into the same server,
+//!   benches/keys/build_pgvector.sh): HNSW (m 16, ef_construction 64) and IVFFlat (lists √N) on
+//!   the same keys as halfvec(512) (f16, as skeys stores them), `ORDER BY v <#> $1 LIMIT 10`.
 //!
-//! Data (the issue's recipe): N unit-norm 512-d keys x = normalize(c + σ·z), 1,000 random unit
-//! centres c, σ = 1/√512, z standard normal; queries the same way from another seed; ground
-//! truth by exact f32 inner product.
+//! Data, `--data synthetic` (the key-index recipe): N unit-norm 512-d keys x = normalize(c + σ·z),
+//! 1,000 random unit centres c, σ = 1/√512, z standard normal; queries the same way from another
+//! seed. `--data real`: MiniLM keys of real text and held-out real queries, with perturbed
+//! replicas past the real keys (`real_keys.rs`). Ground truth by exact f32 inner product.
 //!
 //! `target/release/key_bench --dsn ... --sizes 100000 --queries 1000`
 
@@ -21,6 +25,7 @@ use half::f16;
 use postgres::{Client, NoTls};
 use rayon::prelude::*;
 
+use pg_skills_benches::real_keys::{real_keys, with_replicas};
 use pg_skills_benches::timing::{latencies_ms, pgbench};
 use pg_skills_kernels::synthetic::{centres, clustered};
 use pg_skills_kernels::vector::{dot_batch, dot_batch_f16};
@@ -51,6 +56,29 @@ struct Args {
     /// Keep the database pgs_key_bench after the last size (for profiling by hand).
     #[arg(long)]
     keep: bool,
+    /// synthetic (clustered) or real (MiniLM keys of real text).
+    #[arg(long, default_value = "synthetic")]
+    data: String,
+    /// The shared data folder (real data: MetaTool and the skill corpus).
+    #[arg(long, default_value = "../shared")]
+    shared: std::path::PathBuf,
+    #[arg(long, default_value = pg_skills_kernels::encoder::DEFAULT_MODEL_DIR)]
+    model: std::path::PathBuf,
+    /// Where the encoded real keys are cached.
+    #[arg(long, default_value = "/var/cache/pg_skills/real-keys")]
+    real_cache: std::path::PathBuf,
+    /// Corpus passages among the real keys, at most.
+    #[arg(long, default_value_t = 40000)]
+    max_passages: usize,
+    /// skeys lists (0: the index's default, √N).
+    #[arg(long, default_value_t = 0)]
+    lists: u32,
+    /// pgvector HNSW ef_search values (none: no HNSW peer).
+    #[arg(long, value_delimiter = ',')]
+    pgvector_ef: Vec<u32>,
+    /// pgvector IVFFlat probes values (none: no IVFFlat peer).
+    #[arg(long, value_delimiter = ',')]
+    pgvector_probes: Vec<u32>,
 }
 
 /// Indices of the 10 largest scores (ties by index).
@@ -109,6 +137,113 @@ fn load(db: &mut Client, keys: &[f16]) {
     w.finish().unwrap();
 }
 
+/// pgvector side by side: the same keys as halfvec(512), an HNSW and an IVFFlat index built in
+/// turn, each measured at its breadths as skeys is (recall, latency at one client, pgbench QPS).
+fn pgvector_rows(
+    args: &Args,
+    db: &mut Client,
+    dsn_db: &str,
+    data16: &[f16],
+    queries16: &[f16],
+    truth: &[Vec<u32>],
+) -> String {
+    let n = data16.len() / DIM;
+    db.batch_execute(
+        "CREATE EXTENSION IF NOT EXISTS vector;
+         CREATE TABLE pv (id bigint PRIMARY KEY, v halfvec(512) NOT NULL);
+         CREATE TABLE pv_queries (id int PRIMARY KEY, q halfvec(512) NOT NULL);",
+    )
+    .expect("pgvector is installed in this server (benches/keys/build_pgvector.sh)");
+    let mut w = db.copy_in("COPY pv (id, v) FROM STDIN").unwrap();
+    for (id, key) in data16.chunks_exact(DIM).enumerate() {
+        w.write_all(format!("{id}\t{}\n", key_text(key)).as_bytes())
+            .unwrap();
+    }
+    w.finish().unwrap();
+    for (i, q) in queries16.chunks_exact(DIM).enumerate() {
+        db.execute(
+            &format!("INSERT INTO pv_queries VALUES ($1, '{}')", key_text(q)),
+            &[&(i as i32 + 1)],
+        )
+        .unwrap();
+    }
+    db.batch_execute("VACUUM ANALYZE pv").unwrap();
+    db.batch_execute("VACUUM ANALYZE pv_queries").unwrap();
+    let qtexts: Vec<String> = queries16.chunks_exact(DIM).map(key_text).collect();
+    let nq = qtexts.len();
+    let lists = ((n as f64).sqrt().round() as u32).max(1);
+    let mut rows = String::new();
+    let kinds = [
+        (
+            "hnsw",
+            "WITH (m = 16, ef_construction = 64)".to_string(),
+            "hnsw.ef_search",
+            "ef",
+            &args.pgvector_ef,
+        ),
+        (
+            "ivfflat",
+            format!("WITH (lists = {lists})"),
+            "ivfflat.probes",
+            "probes",
+            &args.pgvector_probes,
+        ),
+    ];
+    for (kind, with, setting, breadth, values) in kinds {
+        if values.is_empty() {
+            continue;
+        }
+        let t = Instant::now();
+        db.batch_execute(&format!(
+            "CREATE INDEX pv_idx ON pv USING {kind} (v halfvec_ip_ops) {with}"
+        ))
+        .unwrap();
+        let build = t.elapsed().as_secs_f64();
+        let size: i64 = db
+            .query_one("SELECT pg_relation_size('pv_idx')", &[])
+            .unwrap()
+            .get(0);
+        let workers: String = db
+            .query_one("SHOW max_parallel_maintenance_workers", &[])
+            .unwrap()
+            .get(0);
+        eprintln!("pgvector {kind} built in {build:.1} s");
+        rows += &format!(
+            "| pgvector {kind} halfvec ({with}; build {build:.1} s, {workers} parallel workers, {:.0} MB) | | | | | |\n",
+            size as f64 / (1 << 20) as f64
+        );
+        let stmt = db
+            .prepare("SELECT id FROM pv ORDER BY v <#> $1::text::halfvec(512) LIMIT 10")
+            .unwrap();
+        for &value in values.iter() {
+            db.batch_execute(&format!("SET {setting} = {value}")).unwrap();
+            let mut lat = Vec::new();
+            let mut got = Vec::new();
+            for q in &qtexts {
+                let t = Instant::now();
+                let r = db.query(&stmt, &[q]).unwrap();
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                got.push(r.iter().map(|r| r.get::<_, i64>(0) as u32).collect());
+            }
+            let r = recall(truth, &got);
+            let (p50, _, p99) = latencies_ms(lat);
+            let script = format!(
+                "\\set qid random(1, {nq})\nSELECT id FROM pv ORDER BY v <#> \
+                 (SELECT q FROM pv_queries WHERE id = :qid) LIMIT 10;\n"
+            );
+            let conn = format!("{dsn_db} options='-c {setting}={value}'");
+            let q1 = pgbench(&args.pg_config, &conn, &script, 1, args.pgbench_seconds);
+            let q2 = pgbench(&args.pg_config, &conn, &script, 2, args.pgbench_seconds);
+            eprintln!("pgvector {kind} {breadth} {value}: recall {r:.3}, p50 {p50:.2} ms, QPS {q1:.0} / {q2:.0}");
+            rows += &format!(
+                "| pgvector {kind} | {breadth} {value} | {r:.3} | {p50:.2} / {p99:.2} | {q1:.0} | {q2:.0} |\n"
+            );
+        }
+        db.batch_execute("DROP INDEX pv_idx").unwrap();
+    }
+    rows
+}
+
 fn key_text(key: &[f16]) -> String {
     let parts: Vec<String> = key.iter().map(|v| v.to_f32().to_string()).collect();
     format!("[{}]", parts.join(","))
@@ -122,8 +257,19 @@ fn main() {
     for &n in &args.sizes {
         eprintln!("== {n} keys");
         let t = Instant::now();
-        let data = clustered(&c, DIM, n, 2);
-        let queries = clustered(&c, DIM, args.queries, 3);
+        let (data, queries) = if args.data == "real" {
+            let (keys, queries) =
+                real_keys(&args.shared, &args.model, &args.real_cache, args.max_passages);
+            let nq = args.queries.min(queries.len() / DIM);
+            eprintln!("real keys: {} (replicated to {n}), {nq} queries", keys.len() / DIM);
+            (with_replicas(&keys, n, 4), queries[..nq * DIM].to_vec())
+        } else {
+            (
+                clustered(&c, DIM, n, 2),
+                clustered(&c, DIM, args.queries, 3),
+            )
+        };
+        let nq = queries.len() / DIM;
         let data16: Vec<f16> = data.iter().map(|&x| f16::from_f32(x)).collect();
         let queries16: Vec<f16> = queries.iter().map(|&x| f16::from_f32(x)).collect();
         let truth: Vec<Vec<u32>> = queries
@@ -142,7 +288,7 @@ fn main() {
         // Exact search in-process, same kernel as the index, one thread.
         let t = Instant::now();
         let mut scores = vec![0f32; n];
-        let exact_runs = args.queries.min(if n > 200_000 { 50 } else { 200 });
+        let exact_runs = nq.min(if n > 200_000 { 50 } else { 200 });
         let exact: Vec<Vec<u32>> = queries16
             .chunks_exact(DIM)
             .take(exact_runs)
@@ -158,7 +304,7 @@ fn main() {
             .batch_execute("DROP DATABASE IF EXISTS pgs_key_bench")
             .unwrap();
         admin
-            .batch_execute("CREATE DATABASE pgs_key_bench")
+            .batch_execute("CREATE DATABASE pgs_key_bench TEMPLATE template0")
             .unwrap();
         let dsn_db = format!("{} dbname=pgs_key_bench", args.dsn);
         let mut db = Client::connect(&dsn_db, NoTls).unwrap();
@@ -186,8 +332,15 @@ fn main() {
         ))
         .unwrap();
         let t = Instant::now();
-        db.batch_execute("CREATE INDEX keys_ip ON keys USING skeys (key skills.key_ip_ops)")
-            .unwrap();
+        let with = if args.lists > 0 {
+            format!(" WITH (lists = {})", args.lists)
+        } else {
+            String::new()
+        };
+        db.batch_execute(&format!(
+            "CREATE INDEX keys_ip ON keys USING skeys (key skills.key_ip_ops){with}"
+        ))
+        .unwrap();
         let build = t.elapsed().as_secs_f64();
         let stats = db
             .query_one(
@@ -224,7 +377,6 @@ fn main() {
             args.maintenance_work_mem,
             size as f64 / (1 << 20) as f64
         );
-        let nq = args.queries;
         for &probes in &args.probes {
             db.batch_execute(&format!("SET pg_skills.key_probes = {probes}"))
                 .unwrap();
@@ -258,6 +410,9 @@ fn main() {
             "| exact, in-process, same f16 kernel, 1 thread | all | {exact_recall:.3} | {:.2} | {exact_qps:.1} | |\n",
             1e3 / exact_qps
         );
+        if !args.pgvector_ef.is_empty() || !args.pgvector_probes.is_empty() {
+            report += &pgvector_rows(&args, &mut db, &dsn_db, &data16, &queries16, &truth);
+        }
 
         if !args.hnsw_ef.iter().all(|&e| e == 0) {
             use hnsw_rs::prelude::*;
