@@ -4,7 +4,7 @@
 # Run on the optimised build: `cd extension && cargo pgrx install --release` first, and
 # SKILLS_LOAD=<release skills-load>. Prints markdown tables (benches/RESULTS.md, "Scale-out").
 #
-# Rows: the shared corpus replicated in SQL to N skills (default 100000; benches/replicas.sh).
+# Rows: the shared corpus replicated in SQL to N skills (default 100000; benches/common.sh).
 # Queries: MetaTool task queries (every 67th). pgbench -M prepared, SECONDS_PER_RUN per run.
 # The graph holds the document-rule edges only (key-similarity edges on Citus take one query per
 # key: minutes at this size).
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 D=${PG_SKILLS_CITUS_DIR:-/var/tmp/pg_skills-citus-bench}
 BASE=${PG_SKILLS_CITUS_PORT:-54415}
 . "$here/../../tests/citus/cluster.sh"
-. "$here/../replicas.sh"
+. "$here/../common.sh"
 N=${N:-100000}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 CLIENTS=${CLIENTS:-"1 2 8"}

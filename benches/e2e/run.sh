@@ -8,12 +8,12 @@
 #
 # Run on the build users install: `cd extension && cargo pgrx install --release` first, and
 # SKILLS_LOAD=<release skills-load>. Rows: the shared corpus replicated to N skills
-# (benches/replicas.sh). KEEP=1 leaves the server running; REUSE=1 runs again on the server
+# (benches/common.sh). KEEP=1 leaves the server running; REUSE=1 runs again on the server
 # left running (restarted, so that it loads the library installed since: before/after).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-. "$here/../replicas.sh"
+. "$here/../common.sh"
 B=/usr/lib/postgresql/15/bin
 D=${PG_SKILLS_E2E_DIR:-/var/tmp/pg_skills-e2e-bench}
 P=${PG_SKILLS_E2E_PORT:-54420}
@@ -26,7 +26,7 @@ SHARED_CORPUS=${PG_SKILLS_SHARED_CORPUS:-$root/../shared/corpus}
 LOAD=${SKILLS_LOAD:-${CARGO_TARGET_DIR:-/var/cache/pg_skills/target}/release/skills-load}
 
 q() { psql -h 127.0.0.1 -p "$1" -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 -c "$2"; }
-pg_ctl() { runuser -u postgres -- env -u RUST_BACKTRACE "$B/pg_ctl" -D "$D/data" -l "$D/server.log" -w -t 120 "$@" >/dev/null; }
+pg_ctl() { bench_pg_ctl "$D" "$@"; }
 stop() { [ -f "$D/data/PG_VERSION" ] && pg_ctl -m fast stop 2>/dev/null; }
 [ -n "${KEEP:-}" ] || trap 'stop; rm -rf "$D"' EXIT
 
@@ -42,19 +42,11 @@ if [ -n "${REUSE:-}" ] && [ -f "$D/data/PG_VERSION" ]; then
   stop; pg_ctl start || { echo "bench: the server did not start (log: $D/server.log)"; exit 1; }
   [ "$(q $P "SELECT to_regclass('bench_fts') IS NOT NULL")" = t ] || fts_table || exit 1
 else
-  stop; rm -rf "$D"; mkdir -p "$D" && chown postgres "$D"
-  runuser -u postgres -- "$B/initdb" -D "$D/data" -U postgres -A trust >/dev/null || exit 1
-  cat >> "$D/data/postgresql.conf" <<EOC
-port = $P
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$D'
-shared_buffers = '512MB'
-shared_preload_libraries = 'pg_skills, pg_stat_statements'
+  stop
+  bench_server "$D" $P "shared_preload_libraries = 'pg_skills, pg_stat_statements'
 pg_stat_statements.track = all
 # The embedder worker stays out of the measurement (replicas come with their keys).
-pg_skills.embedder_database = 'template1'
-EOC
-  pg_ctl start || { echo "bench: the server did not start (log: $D/server.log)"; exit 1; }
+pg_skills.embedder_database = 'template1'" || exit 1
   t0=$(date +%s)
   q $P "CREATE EXTENSION pg_skills; CREATE EXTENSION pg_stat_statements;" || exit 1
   "$LOAD" --tree "$SHARED_CORPUS" --dsn "host=127.0.0.1 port=$P user=postgres dbname=postgres" >/dev/null 2>&1 \

@@ -1,4 +1,24 @@
-# Sourced by benches that need many skills (benches/e2e, benches/citus); needs q PORT SQL.
+# Sourced by the bench scripts (benches/e2e, benches/citus, benches/ingest): servers, replicas,
+# queries, pgbench timing. replicate_skills needs q PORT SQL.
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+
+# bench_pg_ctl DIR ARGS...: pg_ctl for the server in DIR/data (log: DIR/server.log).
+bench_pg_ctl() {
+  local dir=$1; shift
+  runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 120 "$@" >/dev/null
+}
+
+# bench_server DIR PORT [postgresql.conf lines]: a fresh server in DIR on 127.0.0.1:PORT, started
+# (shared_buffers 512 MB, as a server would have).
+bench_server() {
+  local dir=$1 port=$2 extra=${3:-}
+  rm -rf "$dir"; mkdir -p "$dir" && chown postgres "$dir" || return 1
+  runuser -u postgres -- "$PGBIN/initdb" -D "$dir/data" -U postgres -A trust >/dev/null || return 1
+  printf "port = %s\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nshared_buffers = '512MB'\n%s\n" \
+    "$port" "$dir" "$extra" >> "$dir/data/postgresql.conf"
+  bench_pg_ctl "$dir" start || { echo "the server did not start (log: $dir/server.log)"; return 1; }
+}
+
 #
 # replicate_skills PORT N: the skills already loaded at PORT (real skills, keyed by the encoder)
 # replicated in SQL up to about N. Each replica is a skill's text with five words of the
