@@ -137,6 +137,52 @@ fn load(db: &mut Client, keys: &[f16]) {
     w.finish().unwrap();
 }
 
+/// A top-10 query to measure: `sql` with the query key as $1 (text), `script_sql` for pgbench
+/// with `:qid` naming a row of the queries table, run with `setting` (name=value).
+struct Search<'a> {
+    sql: &'a str,
+    script_sql: &'a str,
+    setting: &'a str,
+}
+
+/// One breadth of one index: recall@10 and latency at one client over the queries (prepared
+/// statement), QPS from pgbench at 1 and 2 clients; the table row's cells from recall on.
+fn measure(
+    args: &Args,
+    db: &mut Client,
+    dsn_db: &str,
+    search: Search,
+    qtexts: &[String],
+    truth: &[Vec<u32>],
+) -> String {
+    db.batch_execute(&format!("SET {}", search.setting.replacen('=', " = ", 1)))
+        .unwrap();
+    let stmt = db.prepare(search.sql).unwrap();
+    let mut lat = Vec::new();
+    let mut got = Vec::new();
+    for q in qtexts {
+        let t = Instant::now();
+        let rows = db.query(&stmt, &[q]).unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        got.push(rows.iter().map(|r| r.get::<_, i64>(0) as u32).collect());
+    }
+    let r = recall(truth, &got);
+    let (p50, _, p99) = latencies_ms(lat);
+    let script = format!(
+        "\\set qid random(1, {})\n{};\n",
+        qtexts.len(),
+        search.script_sql
+    );
+    let conn = format!("{dsn_db} options='-c {}'", search.setting);
+    let q1 = pgbench(&args.pg_config, &conn, &script, 1, args.pgbench_seconds);
+    let q2 = pgbench(&args.pg_config, &conn, &script, 2, args.pgbench_seconds);
+    eprintln!(
+        "{}: recall {r:.3}, p50 {p50:.2} ms, QPS {q1:.0} / {q2:.0}",
+        search.setting
+    );
+    format!("{r:.3} | {p50:.2} / {p99:.2} | {q1:.0} | {q2:.0} |")
+}
+
 /// pgvector side by side: the same keys as halfvec(512), an HNSW and an IVFFlat index built in
 /// turn, each measured at its breadths as skeys is (recall, latency at one client, pgbench QPS).
 fn pgvector_rows(
@@ -148,29 +194,18 @@ fn pgvector_rows(
     truth: &[Vec<u32>],
 ) -> String {
     let n = data16.len() / DIM;
+    // The same f16 values: skills.key's text form is pgvector's ("[x,y,...]").
     db.batch_execute(
         "CREATE EXTENSION IF NOT EXISTS vector;
          CREATE TABLE pv (id bigint PRIMARY KEY, v halfvec(512) NOT NULL);
-         CREATE TABLE pv_queries (id int PRIMARY KEY, q halfvec(512) NOT NULL);",
+         CREATE TABLE pv_queries (id int PRIMARY KEY, q halfvec(512) NOT NULL);
+         INSERT INTO pv SELECT id, key::text::halfvec(512) FROM keys;
+         INSERT INTO pv_queries SELECT id, q::text::halfvec(512) FROM bench_queries;",
     )
     .expect("pgvector is installed in this server (benches/keys/build_pgvector.sh)");
-    let mut w = db.copy_in("COPY pv (id, v) FROM STDIN").unwrap();
-    for (id, key) in data16.chunks_exact(DIM).enumerate() {
-        w.write_all(format!("{id}\t{}\n", key_text(key)).as_bytes())
-            .unwrap();
-    }
-    w.finish().unwrap();
-    for (i, q) in queries16.chunks_exact(DIM).enumerate() {
-        db.execute(
-            &format!("INSERT INTO pv_queries VALUES ($1, '{}')", key_text(q)),
-            &[&(i as i32 + 1)],
-        )
-        .unwrap();
-    }
     db.batch_execute("VACUUM ANALYZE pv").unwrap();
     db.batch_execute("VACUUM ANALYZE pv_queries").unwrap();
     let qtexts: Vec<String> = queries16.chunks_exact(DIM).map(key_text).collect();
-    let nq = qtexts.len();
     let lists = ((n as f64).sqrt().round() as u32).max(1);
     let mut rows = String::new();
     let kinds = [
@@ -212,32 +247,21 @@ fn pgvector_rows(
             "| pgvector {kind} halfvec ({with}; build {build:.1} s, {workers} parallel workers, {:.0} MB) | | | | | |\n",
             size as f64 / (1 << 20) as f64
         );
-        let stmt = db
-            .prepare("SELECT id FROM pv ORDER BY v <#> $1::text::halfvec(512) LIMIT 10")
-            .unwrap();
         for &value in values.iter() {
-            db.batch_execute(&format!("SET {setting} = {value}")).unwrap();
-            let mut lat = Vec::new();
-            let mut got = Vec::new();
-            for q in &qtexts {
-                let t = Instant::now();
-                let r = db.query(&stmt, &[q]).unwrap();
-                lat.push(t.elapsed().as_secs_f64() * 1e3);
-                got.push(r.iter().map(|r| r.get::<_, i64>(0) as u32).collect());
-            }
-            let r = recall(truth, &got);
-            let (p50, _, p99) = latencies_ms(lat);
-            let script = format!(
-                "\\set qid random(1, {nq})\nSELECT id FROM pv ORDER BY v <#> \
-                 (SELECT q FROM pv_queries WHERE id = :qid) LIMIT 10;\n"
+            let row = measure(
+                args,
+                db,
+                dsn_db,
+                Search {
+                    sql: "SELECT id FROM pv ORDER BY v <#> $1::text::halfvec(512) LIMIT 10",
+                    script_sql: "SELECT id FROM pv ORDER BY v <#> \
+                                 (SELECT q FROM pv_queries WHERE id = :qid) LIMIT 10",
+                    setting: &format!("{setting}={value}"),
+                },
+                &qtexts,
+                truth,
             );
-            let conn = format!("{dsn_db} options='-c {setting}={value}'");
-            let q1 = pgbench(&args.pg_config, &conn, &script, 1, args.pgbench_seconds);
-            let q2 = pgbench(&args.pg_config, &conn, &script, 2, args.pgbench_seconds);
-            eprintln!("pgvector {kind} {breadth} {value}: recall {r:.3}, p50 {p50:.2} ms, QPS {q1:.0} / {q2:.0}");
-            rows += &format!(
-                "| pgvector {kind} | {breadth} {value} | {r:.3} | {p50:.2} / {p99:.2} | {q1:.0} | {q2:.0} |\n"
-            );
+            rows += &format!("| pgvector {kind} | {breadth} {value} | {row}\n");
         }
         db.batch_execute("DROP INDEX pv_idx").unwrap();
     }
@@ -258,10 +282,17 @@ fn main() {
         eprintln!("== {n} keys");
         let t = Instant::now();
         let (data, queries) = if args.data == "real" {
-            let (keys, queries) =
-                real_keys(&args.shared, &args.model, &args.real_cache, args.max_passages);
+            let (keys, queries) = real_keys(
+                &args.shared,
+                &args.model,
+                &args.real_cache,
+                args.max_passages,
+            );
             let nq = args.queries.min(queries.len() / DIM);
-            eprintln!("real keys: {} (replicated to {n}), {nq} queries", keys.len() / DIM);
+            eprintln!(
+                "real keys: {} (replicated to {n}), {nq} queries",
+                keys.len() / DIM
+            );
             (with_replicas(&keys, n, 4), queries[..nq * DIM].to_vec())
         } else {
             (
@@ -366,9 +397,6 @@ fn main() {
             "{plan:?}"
         );
 
-        let stmt = db
-            .prepare("SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) $1::text::skills.key LIMIT 10")
-            .unwrap();
         let qtexts: Vec<String> = queries16.chunks_exact(DIM).map(key_text).collect();
         report += &format!(
             "\n### {n} keys\n\nBuild {build:.1} s (maintenance_work_mem {}), index {:.0} MB, {lists} lists \
@@ -378,33 +406,20 @@ fn main() {
             size as f64 / (1 << 20) as f64
         );
         for &probes in &args.probes {
-            db.batch_execute(&format!("SET pg_skills.key_probes = {probes}"))
-                .unwrap();
-            let mut lat = Vec::new();
-            let mut got = Vec::new();
-            for q in &qtexts {
-                let t = Instant::now();
-                let rows = db.query(&stmt, &[q]).unwrap();
-                lat.push(t.elapsed().as_secs_f64() * 1e3);
-                got.push(
-                    rows.iter()
-                        .map(|r| r.get::<_, i64>(0) as u32)
-                        .collect::<Vec<_>>(),
-                );
-            }
-            let r = recall(&truth, &got);
-            let (p50, _, p99) = latencies_ms(lat);
-            let script = format!(
-                "\\set qid random(1, {nq})\nSELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) \
-                 (SELECT q FROM bench_queries WHERE id = :qid) LIMIT 10;\n"
+            let row = measure(
+                &args,
+                &mut db,
+                &dsn_db,
+                Search {
+                    sql: "SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) $1::text::skills.key LIMIT 10",
+                    script_sql: "SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) \
+                                 (SELECT q FROM bench_queries WHERE id = :qid) LIMIT 10",
+                    setting: &format!("pg_skills.key_probes={probes}"),
+                },
+                &qtexts,
+                &truth,
             );
-            let conn = format!("{dsn_db} options='-c pg_skills.key_probes={probes}'");
-            let q1 = pgbench(&args.pg_config, &conn, &script, 1, args.pgbench_seconds);
-            let q2 = pgbench(&args.pg_config, &conn, &script, 2, args.pgbench_seconds);
-            eprintln!("probes {probes}: recall {r:.3}, p50 {p50:.2} ms, QPS {q1:.0} / {q2:.0}");
-            report += &format!(
-                "| pg_skills skeys | probes {probes} | {r:.3} | {p50:.2} / {p99:.2} | {q1:.0} | {q2:.0} |\n"
-            );
+            report += &format!("| pg_skills skeys | probes {probes} | {row}\n");
         }
         report += &format!(
             "| exact, in-process, same f16 kernel, 1 thread | all | {exact_recall:.3} | {:.2} | {exact_qps:.1} | |\n",
