@@ -14,7 +14,9 @@ use pgrx::PgSqlErrorCode;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use pg_skills_kernels::bm25index::{all_documents, query_terms, try_prepare, DocTableCache, Tid};
+use pg_skills_kernels::bm25index::{
+    all_documents, query_terms, try_prepare, DocTableCache, QueryStats, SearchHit, Tid,
+};
 
 use super::{checked_meta, reading, with_analyzer};
 use crate::errors::raise;
@@ -27,9 +29,30 @@ thread_local! {
     static DOC_TABLES: RefCell<HashMap<u32, DocTableCache>> = RefCell::new(HashMap::new());
 }
 
-/// Runs `f` with the document tables cached for index file `file` (its relfilenode).
-pub(super) fn with_doc_tables<R>(file: u32, f: impl FnOnce(&mut DocTableCache) -> R) -> R {
-    DOC_TABLES.with(|cell| f(cell.borrow_mut().entry(file).or_default()))
+/// The `want` best documents of `index` for `terms`, best first, under the readers lock, with the
+/// document tables cached for the index's file; scored with `stats` when given (a distributed
+/// collection's), else the index's own. The ordered scan's batches and the direct top-k
+/// (`top_k.rs`) both read the index this way.
+pub(super) fn top_hits(
+    index: pg_sys::Relation,
+    store: &BufferStore,
+    terms: &[String],
+    stats: Option<&QueryStats>,
+    want: usize,
+) -> Vec<SearchHit> {
+    // SAFETY: `index` is an open relation (the caller's scan or search).
+    let file = unsafe { (*index).rd_node.relNode.to_u32() };
+    reading(index, store, || {
+        DOC_TABLES.with(|cell| {
+            let mut caches = cell.borrow_mut();
+            let cache = caches.entry(file).or_default();
+            try_prepare(store, terms).and_then(|p| match stats {
+                Some(stats) => p.with_stats(stats).top_k_cached(want, cache),
+                None => p.top_k_cached(want, cache),
+            })
+        })
+    })
+    .or_raise(index)
 }
 
 #[derive(Default)]
@@ -39,7 +62,7 @@ struct ScanState {
     key_text: String,
     terms: Vec<String>,
     /// Statistics carried with the query (a distributed collection's), else the index's own.
-    stats: Option<pg_skills_kernels::bm25index::QueryStats>,
+    stats: Option<QueryStats>,
     batch: VecDeque<Tid>,
     returned: HashSet<Tid>,
     asked: usize,
@@ -176,16 +199,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         } else {
             state.asked.saturating_mul(4)
         };
-        let file = (*index).rd_node.relNode.to_u32();
-        let hits = reading(index, &store, || {
-            with_doc_tables(file, |cache| {
-                try_prepare(&store, &state.terms).and_then(|p| match &state.stats {
-                    Some(stats) => p.with_stats(stats).top_k_cached(want, cache),
-                    None => p.top_k_cached(want, cache),
-                })
-            })
-        })
-        .or_raise(index);
+        let hits = top_hits(index, &store, &state.terms, state.stats.as_ref(), want);
         super::operator::remember_scores(
             pg_sys::Oid::from(state.index_oid),
             &state.key_text,

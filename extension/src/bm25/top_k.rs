@@ -17,11 +17,11 @@ use std::collections::{HashMap, HashSet};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
-use pg_skills_kernels::bm25index::{query_terms, try_prepare, SearchHit, Tid};
+use pg_skills_kernels::bm25index::{query_terms, SearchHit, Tid};
 
-use super::{checked_meta, reading, scan::with_doc_tables, with_analyzer};
+use super::{checked_meta, scan::top_hits, with_analyzer};
 use crate::errors::raise;
-use crate::storage::{BufferStore, Mode, OrRaise};
+use crate::storage::{BufferStore, Mode};
 
 /// How many hits the first reading asks for, beyond k: a few spare rows for dead and filtered
 /// ones, and one below the k-th score to close the ties (usually the only reading).
@@ -75,7 +75,6 @@ pub fn search(
         let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
         let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let mut rows = RowReader::new(heap, categories);
-        let file = (*rel).rd_node.relNode.to_u32();
         let mut want = k.map_or(usize::MAX, first_want);
         let mut accepted: Vec<(i64, f64)> = Vec::new();
         let mut read: HashSet<Tid> = HashSet::new();
@@ -83,12 +82,7 @@ pub fn search(
             let hits: Vec<SearchHit> = if terms.is_empty() {
                 Vec::new()
             } else {
-                reading(rel, &store, || {
-                    with_doc_tables(file, |cache| {
-                        try_prepare(&store, &terms).and_then(|p| p.top_k_cached(want, cache))
-                    })
-                })
-                .or_raise(rel)
+                top_hits(rel, &store, &terms, None, want)
             };
             // Hits come best first (score, then TID); a reading deeper than the last one starts
             // with the same hits, which were read already.
