@@ -13,6 +13,7 @@
 //!   packed reading, the event memory and a planted-truth simulator.
 //! - [`fusion`]: reciprocal-rank fusion (the `hybrid` method).
 //! - [`graph`]: the skill graph, personalised PageRank, edge rules and SkillTrace.
+//! - [`needs`]: the parts of a request that needs several skills, and an order covering them.
 //! - [`serving`]: k, token budget and min_score over a ranking (what `skills.search` serves).
 //! - [`kmeans`]: k-means over keys (the key index's lists).
 //! - [`keyindex`]: the key index (IVF lists of f16 keys) over pages.
@@ -34,6 +35,7 @@ pub mod keyindex;
 pub mod keyopt;
 pub mod kmeans;
 pub mod layout;
+pub mod needs;
 pub mod page;
 pub mod rng;
 pub mod serving;

@@ -41,6 +41,7 @@ use pg_skills_kernels::keyopt::memory::{self, EventMemory};
 use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
 use pg_skills_kernels::keyopt::simulate::{spearman, World};
 use pg_skills_kernels::keyopt::{Arm, Round, Settings};
+use pg_skills_kernels::needs;
 use pg_skills_kernels::rng::SplitMix64;
 use pg_skills_kernels::vector::dot;
 
@@ -80,6 +81,19 @@ struct Args {
     /// Skip the planted-truth simulation.
     #[arg(long)]
     no_planted: bool,
+    /// Only the tasks that need several skills (and the single-skill tables' fits they share
+    /// nothing with): skips the single-skill tables and the base relevance comparison.
+    #[arg(long)]
+    multi_only: bool,
+    /// Skip the base relevance comparison (about 5 minutes).
+    #[arg(long)]
+    no_base_relevance: bool,
+    /// Weight of covering a request's parts (`needs::cover`), in key-score units.
+    #[arg(long, default_value_t = needs::COVERAGE_WEIGHT)]
+    cover_weight: f32,
+    /// Width of a part's coverage (`needs::cover`), in key-score units.
+    #[arg(long, default_value_t = needs::COVERAGE_WIDTH)]
+    cover_width: f32,
 }
 
 static FIT_OPTIONS: std::sync::OnceLock<FitOptions> = std::sync::OnceLock::new();
@@ -122,6 +136,21 @@ fn keyopt_ranking_with(
     recall: bool,
     relevance: Option<&dyn Fn(usize) -> f32>,
 ) -> Vec<usize> {
+    keyopt_ranking_scored(round, memory, query, keys, recall, relevance)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect()
+}
+
+/// [`keyopt_ranking_with`] with each skill's S.
+fn keyopt_ranking_scored(
+    round: &Round,
+    memory: &EventMemory,
+    query: &[f32],
+    keys: &[Vec<f32>],
+    recall: bool,
+    relevance: Option<&dyn Fn(usize) -> f32>,
+) -> Vec<(usize, f32)> {
     let semantic: Vec<i64> = semantic_top(query, keys, 10)
         .into_iter()
         .map(|(d, _)| d as i64)
@@ -146,7 +175,61 @@ fn keyopt_ranking_with(
     round
         .rank_with(&pool, &q, relevance, |s| event_term(round, &neighbours, s))
         .into_iter()
-        .map(|(d, _)| d)
+        .map(|(d, parts)| (d, parts.total()))
+        .collect()
+}
+
+/// The KeyOpt score S for `query` of each skill of `pool` (pool order): from `ranked` (the
+/// query's own KeyOpt ranking) where it is there, else read for the rest of the pool alone (a
+/// skill's lift bound acts against rivals of its own ranking, so the skills of `ranked` keep
+/// the scores that ranking gave them).
+fn keyopt_scored(
+    round: &Round,
+    memory: &EventMemory,
+    query: &[f32],
+    ranked: &[(usize, f32)],
+    pool: &[usize],
+) -> Vec<f32> {
+    let mut scored: HashMap<usize, f32> = ranked.iter().copied().collect();
+    let rest: Vec<usize> = pool
+        .iter()
+        .copied()
+        .filter(|d| !scored.contains_key(d))
+        .collect();
+    if !rest.is_empty() {
+        let neighbours = memory.neighbours(query, memory::NEIGHBOURS);
+        let q = round.query(query);
+        for (d, parts) in round.rank_with(&rest, &q, None, |s| event_term(round, &neighbours, s)) {
+            scored.insert(d, parts.total());
+        }
+    }
+    pool.iter().map(|d| scored[d]).collect()
+}
+
+/// Keys of the parts of each text (`needs::parts`; none for a text of one part).
+fn part_keys(encoder: &Encoder, texts: &[String]) -> Vec<Vec<Vec<f32>>> {
+    let split: Vec<Vec<String>> = texts
+        .iter()
+        .map(|t| {
+            let p = needs::parts(t);
+            if p.len() < 2 {
+                Vec::new()
+            } else {
+                p
+            }
+        })
+        .collect();
+    let flat: Vec<String> = split.iter().flatten().cloned().collect();
+    let mut keys = cached_embeddings(encoder, &flat)
+        .into_iter()
+        .map(|e| compressor::query_key(&e));
+    split
+        .iter()
+        .map(|p| {
+            p.iter()
+                .map(|_| keys.next().expect("one key per part"))
+                .collect()
+        })
         .collect()
 }
 
@@ -249,6 +332,8 @@ fn describe_fit(label: &str, fitted: &Fitted, seconds: f64) -> String {
 struct Methods<'a> {
     data: &'a Dataset,
     query_keys: &'a [Vec<f32>],
+    /// Keys of each query's parts (none for a query of one part).
+    part_keys: &'a [Vec<Vec<f32>>],
     doc_keys: &'a [Vec<f32>],
 }
 
@@ -297,6 +382,33 @@ impl Methods<'_> {
                 keyopt_ranking(round, memory, &self.query_keys[q], self.doc_keys, true)
             }),
         ) + "\n");
+        out += &(row(
+            "semantic, parts covered",
+            &evaluate(self.data, test, |q| {
+                multi::semantic_covered(&self.query_keys[q], &self.part_keys[q], self.doc_keys)
+            }),
+        ) + "\n");
+        out += &(row(
+            "KeyOpt, parts covered",
+            &evaluate(self.data, test, |q| {
+                let (round, memory) = round_of(q);
+                multi::keyopt_covered(
+                    round,
+                    memory,
+                    &self.query_keys[q],
+                    &self.part_keys[q],
+                    self.doc_keys,
+                )
+            }),
+        ) + "\n");
+        let split = test
+            .iter()
+            .filter(|&&q| !self.part_keys[q].is_empty())
+            .count();
+        out += &format!(
+            "\n({split} of {} test queries have more than one part.)\n",
+            test.len()
+        );
         out
     }
 }
@@ -599,11 +711,14 @@ fn metatool_pairs(
             chosen.push((text, needed));
         }
         let texts: Vec<String> = chosen.iter().map(|c| c.0.clone()).collect();
+        let parts = part_keys(encoder, &texts);
         cached_embeddings(encoder, &texts)
             .iter()
             .zip(chosen)
-            .map(|(e, (text, needed))| multi::MultiTask {
+            .zip(parts)
+            .map(|((e, (text, needed)), parts)| multi::MultiTask {
                 key: compressor::query_key(e),
+                parts,
                 needed,
                 id: hash(seed, &text),
             })
@@ -640,12 +755,15 @@ fn metatool_pairs(
 /// The SkillsBench tasks that need 2–6 skills, each fold ranked by rounds fitted on the other
 /// fold's multi-skill tasks.
 fn skillsbench_multi(
+    encoder: &Encoder,
     data: &Dataset,
     doc_keys: &[Vec<f32>],
     query_keys: &[Vec<f32>],
     fold_of: impl Fn(usize) -> usize,
     seed: u64,
 ) -> String {
+    let texts: Vec<String> = data.queries.iter().map(|q| q.1.clone()).collect();
+    let mut parts = part_keys(encoder, &texts);
     let tasks: Vec<(usize, multi::MultiTask)> = (0..data.queries.len())
         .filter_map(|q| {
             let needed = needed_docs(data, q);
@@ -654,6 +772,7 @@ fn skillsbench_multi(
                     fold_of(q),
                     multi::MultiTask {
                         key: query_keys[q].clone(),
+                        parts: std::mem::take(&mut parts[q]),
                         needed,
                         id: hash(seed, &data.queries[q].0),
                     },
@@ -825,6 +944,9 @@ fn main() {
         options.lambda_beta, options.min_gain_se, options.cap_one_sided_beta, options.bound_lifts
     );
     FIT_OPTIONS.set(options).expect("set once");
+    multi::COVER
+        .set((args.cover_weight, args.cover_width))
+        .expect("set once");
     let started = Instant::now();
     let mut out = if args.no_planted {
         String::new()
@@ -859,36 +981,43 @@ fn main() {
     let support: Vec<usize> = (0..metatool.queries.len())
         .filter(|&q| !is_test(q))
         .collect();
-    let events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
-    let t = Instant::now();
-    let fitted = fit(&doc_keys, &events, &fit_options());
-    let seconds = t.elapsed().as_secs_f64();
-    let round = Round::new(&doc_keys, &fitted);
-    let memory = memory_of(&events);
-    out += &format!(
-        "\n### MetaTool: {} test queries (support {} queries, split by text, seed {})\n\n",
-        test.len(),
-        support.len(),
-        args.seed
-    );
-    out += &describe_fit("fit", &fitted, seconds);
-    out += "\n";
-    let methods = Methods {
-        data: &metatool,
-        query_keys: &query_keys,
-        doc_keys: &doc_keys,
-    };
-    out += &methods.table(&test, |_| (&round, &memory));
-    eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
-    out += "\nBase relevance r of the KeyOpt rounds (MetaTool, same split):\n\n";
-    out += &base_relevance(
-        &metatool,
-        &query_keys,
-        &doc_keys,
-        &[(support.clone(), test.clone())],
-        args.seed,
-    );
-    eprintln!("MetaTool r done ({:.0} s)", started.elapsed().as_secs_f64());
+    if !args.multi_only {
+        let events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
+        let t = Instant::now();
+        let fitted = fit(&doc_keys, &events, &fit_options());
+        let seconds = t.elapsed().as_secs_f64();
+        let round = Round::new(&doc_keys, &fitted);
+        let memory = memory_of(&events);
+        out += &format!(
+            "\n### MetaTool: {} test queries (support {} queries, split by text, seed {})\n\n",
+            test.len(),
+            support.len(),
+            args.seed
+        );
+        out += &describe_fit("fit", &fitted, seconds);
+        out += "\n";
+        let texts: Vec<String> = metatool.queries.iter().map(|q| q.1.clone()).collect();
+        let parts = part_keys(&encoder, &texts);
+        let methods = Methods {
+            data: &metatool,
+            query_keys: &query_keys,
+            part_keys: &parts,
+            doc_keys: &doc_keys,
+        };
+        out += &methods.table(&test, |_| (&round, &memory));
+        eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
+        if !args.no_base_relevance {
+            out += "\nBase relevance r of the KeyOpt rounds (MetaTool, same split):\n\n";
+            out += &base_relevance(
+                &metatool,
+                &query_keys,
+                &doc_keys,
+                &[(support.clone(), test.clone())],
+                args.seed,
+            );
+            eprintln!("MetaTool r done ({:.0} s)", started.elapsed().as_secs_f64());
+        }
+    }
     out += &metatool_pairs(&encoder, &metatool, &doc_keys, &support, &test, args.seed);
     eprintln!(
         "MetaTool pairs done ({:.0} s)",
@@ -911,52 +1040,66 @@ fn main() {
                     .collect()
             })
             .collect();
-        let mut rounds = Vec::new();
-        out += &format!(
-            "\n### SkillsBench: {} tasks, {own} skills + {} distractors from ../shared/corpus; each fold ranked by a round fitted on the other fold\n\n",
-            skillsbench.queries.len(),
-            skillsbench.docs.len() - own
-        );
-        for f in 0..2 {
-            let events = support_runs(
-                &skillsbench,
-                &folds[1 - f],
-                &query_keys,
-                &doc_keys,
-                args.seed,
+        if !args.multi_only {
+            let mut rounds = Vec::new();
+            out += &format!(
+                "\n### SkillsBench: {} tasks, {own} skills + {} distractors from ../shared/corpus; each fold ranked by a round fitted on the other fold\n\n",
+                skillsbench.queries.len(),
+                skillsbench.docs.len() - own
             );
-            let t = Instant::now();
-            let fitted = fit(&doc_keys, &events, &fit_options());
-            out += &describe_fit(
-                &format!("fold {f}'s round"),
-                &fitted,
-                t.elapsed().as_secs_f64(),
-            );
-            rounds.push((Round::new(&doc_keys, &fitted), memory_of(&events)));
+            for f in 0..2 {
+                let events = support_runs(
+                    &skillsbench,
+                    &folds[1 - f],
+                    &query_keys,
+                    &doc_keys,
+                    args.seed,
+                );
+                let t = Instant::now();
+                let fitted = fit(&doc_keys, &events, &fit_options());
+                out += &describe_fit(
+                    &format!("fold {f}'s round"),
+                    &fitted,
+                    t.elapsed().as_secs_f64(),
+                );
+                rounds.push((Round::new(&doc_keys, &fitted), memory_of(&events)));
+            }
+            out += "\n";
+            let texts: Vec<String> = skillsbench.queries.iter().map(|q| q.1.clone()).collect();
+            let parts = part_keys(&encoder, &texts);
+            let methods = Methods {
+                data: &skillsbench,
+                query_keys: &query_keys,
+                part_keys: &parts,
+                doc_keys: &doc_keys,
+            };
+            let all: Vec<usize> = (0..skillsbench.queries.len()).collect();
+            out += &methods.table(&all, |q| {
+                let (round, memory) = &rounds[fold_of(q)];
+                (round, memory)
+            });
+            if !args.no_base_relevance {
+                out += "\nBase relevance r of the KeyOpt rounds (SkillsBench, same folds):\n\n";
+                out += &base_relevance(
+                    &skillsbench,
+                    &query_keys,
+                    &doc_keys,
+                    &[
+                        (folds[1].clone(), folds[0].clone()),
+                        (folds[0].clone(), folds[1].clone()),
+                    ],
+                    args.seed,
+                );
+            }
         }
-        out += "\n";
-        let methods = Methods {
-            data: &skillsbench,
-            query_keys: &query_keys,
-            doc_keys: &doc_keys,
-        };
-        let all: Vec<usize> = (0..skillsbench.queries.len()).collect();
-        out += &methods.table(&all, |q| {
-            let (round, memory) = &rounds[fold_of(q)];
-            (round, memory)
-        });
-        out += "\nBase relevance r of the KeyOpt rounds (SkillsBench, same folds):\n\n";
-        out += &base_relevance(
+        out += &skillsbench_multi(
+            &encoder,
             &skillsbench,
-            &query_keys,
             &doc_keys,
-            &[
-                (folds[1].clone(), folds[0].clone()),
-                (folds[0].clone(), folds[1].clone()),
-            ],
+            &query_keys,
+            fold_of,
             args.seed,
         );
-        out += &skillsbench_multi(&skillsbench, &doc_keys, &query_keys, fold_of, args.seed);
     }
     out += &format!("\ntotal {:.0} s\n", started.elapsed().as_secs_f64());
     println!("{out}");

@@ -16,13 +16,95 @@ use pg_skills_benches::metrics::query_metrics;
 use pg_skills_kernels::keyopt::fit::{SetOutcome, SupportEvent};
 use pg_skills_kernels::keyopt::memory::EventMemory;
 use pg_skills_kernels::keyopt::{Arm, Round};
+use pg_skills_kernels::needs;
 use pg_skills_kernels::rng::SplitMix64;
+use pg_skills_kernels::vector::dot;
 
-use super::{keyopt_ranking, semantic_top};
+use super::{keyopt_ranking, keyopt_ranking_scored, keyopt_scored, semantic_top};
+
+/// Candidates per ranking (the whole request's and each part's) that enter a covered pool.
+const PART_POOL: usize = 10;
+
+/// Coverage weight and width of this run (`--cover-weight`, `--cover-width`; default the
+/// kernels' constants).
+pub static COVER: std::sync::OnceLock<(f32, f32)> = std::sync::OnceLock::new();
+
+fn cover_settings() -> (f32, f32) {
+    COVER
+        .get()
+        .copied()
+        .unwrap_or((needs::COVERAGE_WEIGHT, needs::COVERAGE_WIDTH))
+}
+
+/// The semantic order of a request (`key`) covering its parts (`parts`, keys): the whole
+/// request's and each part's top [`PART_POOL`] ordered by `needs::cover` over key scores.
+pub fn semantic_covered(key: &[f32], parts: &[Vec<f32>], doc_keys: &[Vec<f32>]) -> Vec<usize> {
+    let mut pool: Vec<usize> = semantic_top(key, doc_keys, PART_POOL)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    for part in parts {
+        for (d, _) in semantic_top(part, doc_keys, PART_POOL) {
+            if !pool.contains(&d) {
+                pool.push(d);
+            }
+        }
+    }
+    let whole: Vec<f32> = pool.iter().map(|&d| dot(key, &doc_keys[d])).collect();
+    let parts: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|p| pool.iter().map(|&d| dot(p, &doc_keys[d])).collect())
+        .collect();
+    cover_pool(&pool, &whole, &parts, 1.0)
+}
+
+/// `needs::cover` of `pool`: `whole[i]` and `parts[j][i]` are scores of `pool[i]` for the whole
+/// request and for part j, in units where one key-score unit is `unit`.
+fn cover_pool(pool: &[usize], whole: &[f32], parts: &[Vec<f32>], unit: f32) -> Vec<usize> {
+    let (weight, width) = cover_settings();
+    needs::cover(whole, parts, weight * unit, width * unit)
+        .into_iter()
+        .map(|(i, _)| pool[i])
+        .collect()
+}
+
+/// The KeyOpt order of a request covering its parts: the whole request's and each part's
+/// KeyOpt top [`PART_POOL`], ordered by `needs::cover` over KeyOpt scores S.
+pub fn keyopt_covered(
+    round: &Round,
+    memory: &EventMemory,
+    key: &[f32],
+    parts: &[Vec<f32>],
+    doc_keys: &[Vec<f32>],
+) -> Vec<usize> {
+    let ranked = keyopt_ranking_scored(round, memory, key, doc_keys, true, None);
+    let mut pool: Vec<usize> = ranked.iter().take(PART_POOL).map(|r| r.0).collect();
+    for part in parts {
+        for d in keyopt_ranking(round, memory, part, doc_keys, true)
+            .into_iter()
+            .take(PART_POOL)
+        {
+            if !pool.contains(&d) {
+                pool.push(d);
+            }
+        }
+    }
+    let whole = keyopt_scored(round, memory, key, &ranked, &pool);
+    // Each part's KeyOpt score of the pool: what the round learned decides which skill answers
+    // a part, as it does for the whole request.
+    let parts: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|p| keyopt_scored(round, memory, p, &[], &pool))
+        .collect();
+    let unit = if round.rho > 0.0 { round.rho } else { 1.0 };
+    cover_pool(&pool, &whole, &parts, unit)
+}
 
 /// A request that needs several skills: its key, the skills (document indices), its source.
 pub struct MultiTask {
     pub key: Vec<f32>,
+    /// Keys of the request's parts (`needs::parts`); empty when it has one part.
+    pub parts: Vec<Vec<f32>>,
     pub needed: Vec<usize>,
     /// Pairing key of its runs and the group cross-validation keeps together.
     pub id: u64,
@@ -141,6 +223,10 @@ pub fn table<'r>(
                 .collect()
         }),
     );
+    line(
+        "semantic, parts covered",
+        scores(tasks, |t| semantic_covered(&t.key, &t.parts, doc_keys)),
+    );
     for (i, name) in [
         "**KeyOpt**, fitted on set outcomes only",
         "KeyOpt, fitted on per-arm outcomes (reference)",
@@ -153,6 +239,13 @@ pub fn table<'r>(
             scores(tasks, |t| {
                 let (round, memory) = rounds(t)[i];
                 keyopt_ranking(round, memory, &t.key, doc_keys, true)
+            }),
+        );
+        line(
+            &format!("{name}, parts covered"),
+            scores(tasks, |t| {
+                let (round, memory) = rounds(t)[i];
+                keyopt_covered(round, memory, &t.key, &t.parts, doc_keys)
             }),
         );
     }

@@ -1,0 +1,232 @@
+//! Requests that need several skills: the parts of a request, and an order of candidates that
+//! covers every part.
+//!
+//! One key for "Parse the STL file. Then look up the material's density and email a report" sits
+//! between the needs it names, so the skill for the second need often ranks below several near
+//! misses of the first. The request's parts (sentences and list items, code blocks left out) are
+//! scored on their own, and the served order is chosen greedily, as in xQuAD-style search result
+//! diversification: each next candidate maximises its score for the whole request plus what it
+//! adds for parts that earlier candidates have not covered yet. A request of one part keeps the
+//! whole request's order unchanged.
+
+use unicode_segmentation::UnicodeSegmentation;
+
+/// At most this many parts are scored (longer requests have adjacent parts joined): each part
+/// costs one more encoded text and one more key-index scan.
+pub const MAX_PARTS: usize = 6;
+
+/// A part with fewer words than this joins its neighbour ("Thanks.", "Data:", "1.").
+pub const MIN_PART_WORDS: usize = 4;
+
+/// The weight of coverage against the whole request's score, in units of that score.
+pub const COVERAGE_WEIGHT: f32 = 0.3;
+
+/// How fast a candidate's coverage of a part falls as its score trails the part's best
+/// candidate (score units; MiniLM cosines of one part's good matches lie within about 0.1).
+pub const COVERAGE_WIDTH: f32 = 0.05;
+
+/// The parts of a request, in order: sentences and list items, fenced code blocks dropped,
+/// short pieces joined to the previous one, at most [`MAX_PARTS`]. One part (or none) means the
+/// request is not split.
+pub fn parts(text: &str) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || trimmed.is_empty() {
+            continue;
+        }
+        for sentence in strip_list_marker(trimmed).unicode_sentences() {
+            let sentence = sentence.trim();
+            if !sentence.is_empty() {
+                pieces.push(sentence.to_string());
+            }
+        }
+    }
+    let mut joined: Vec<String> = Vec::new();
+    for piece in pieces {
+        match joined.last_mut() {
+            Some(last) if words(&piece) < MIN_PART_WORDS || words(last) < MIN_PART_WORDS => {
+                last.push(' ');
+                last.push_str(&piece);
+            }
+            _ => joined.push(piece),
+        }
+    }
+    // Too many parts: join the adjacent pair with the fewest words until few enough.
+    while joined.len() > MAX_PARTS {
+        let at = (0..joined.len() - 1)
+            .min_by_key(|&i| words(&joined[i]) + words(&joined[i + 1]))
+            .expect("more than one part");
+        let next = joined.remove(at + 1);
+        joined[at].push(' ');
+        joined[at].push_str(&next);
+    }
+    joined
+}
+
+fn words(text: &str) -> usize {
+    text.unicode_words().count()
+}
+
+/// "1. ", "2) ", "- ", "* ", "+ " at the start of a list item.
+fn strip_list_marker(line: &str) -> &str {
+    let rest = line.trim_start_matches(|c: char| c.is_ascii_digit());
+    let rest = if rest.len() < line.len() {
+        rest.strip_prefix(['.', ')']).unwrap_or(line)
+    } else {
+        line.strip_prefix(['-', '*', '+']).unwrap_or(line)
+    };
+    rest.trim_start()
+}
+
+/// The order in which to serve a pool of candidates: positions into `whole`, each with the
+/// greedy score it was chosen by (non-increasing).
+///
+/// `whole[i]` is candidate i's score for the whole request, `parts[j][i]` its score for part j
+/// (same scale). A candidate covers part j with c = exp((s − best_j) / width), where best_j is
+/// the best score any candidate has for part j; a part's uncovered share starts at 1 and is
+/// multiplied by (1 − c) of each candidate chosen. Next is the candidate maximising
+/// whole + weight · mean over parts of c · uncovered share (ties: the lower position). With no
+/// parts, or one, the order is `whole`'s own.
+pub fn cover(whole: &[f32], parts: &[Vec<f32>], weight: f32, width: f32) -> Vec<(usize, f32)> {
+    let n = whole.len();
+    assert!(
+        parts.iter().all(|p| p.len() == n),
+        "every part scores every candidate"
+    );
+    let mut order: Vec<(usize, f32)> = (0..n).map(|i| (i, whole[i])).collect();
+    if parts.len() < 2 || !(width > 0.0) {
+        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        return order;
+    }
+    let coverage: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|scores| {
+            let best = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            scores
+                .iter()
+                .map(|&s| {
+                    let c = ((s - best) / width).exp();
+                    if c.is_finite() {
+                        c.clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let share = weight / parts.len() as f32;
+    let mut uncovered = vec![1.0f32; parts.len()];
+    let mut left: Vec<usize> = (0..n).collect();
+    let mut served = Vec::with_capacity(n);
+    while !left.is_empty() {
+        let gain = |i: usize| -> f32 {
+            let covered: f32 = coverage.iter().zip(&uncovered).map(|(c, u)| c[i] * u).sum();
+            whole[i] + share * covered
+        };
+        let (at, score) = left.iter().enumerate().map(|(at, &i)| (at, gain(i))).fold(
+            (0, f32::NEG_INFINITY),
+            |best, next| {
+                if next.1 > best.1 {
+                    next
+                } else {
+                    best
+                }
+            },
+        );
+        let chosen = left.remove(at);
+        for (u, c) in uncovered.iter_mut().zip(&coverage) {
+            *u *= 1.0 - c[chosen];
+        }
+        served.push((chosen, score));
+    }
+    served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_sentence_is_one_part() {
+        assert_eq!(
+            parts("Can I find academic research papers on this topic?"),
+            vec!["Can I find academic research papers on this topic?"]
+        );
+        assert!(parts("  \n ").is_empty());
+    }
+
+    #[test]
+    fn sentences_and_list_items_are_parts_and_code_is_dropped() {
+        let text = "You need to calculate the mass of a printed part. Data:\n\n\
+                    1. Parse the binary STL and find the largest component.\n\
+                    2) Look up the density, e.g. in the table given.\n\
+                    ```json\n{\"mass\": 1.5, \"note\": \"Do not split this. Ever again please.\"}\n```\n\
+                    - Save the report as JSON to the output folder.";
+        assert_eq!(
+            parts(text),
+            vec![
+                "You need to calculate the mass of a printed part. Data:",
+                "Parse the binary STL and find the largest component.",
+                "Look up the density, e.g. in the table given.",
+                "Save the report as JSON to the output folder.",
+            ]
+        );
+    }
+
+    #[test]
+    fn short_pieces_join_and_long_requests_are_bounded() {
+        assert_eq!(
+            parts("Thanks. Please find flights to Paris next week."),
+            vec!["Thanks. Please find flights to Paris next week."]
+        );
+        let long: String = (0..20)
+            .map(|i| format!("Step {i} does one more thing here. "))
+            .collect();
+        let p = parts(&long);
+        assert_eq!(p.len(), MAX_PARTS);
+        // Nothing is lost by joining.
+        assert_eq!(p.join(" ").split_whitespace().count(), 7 * 20);
+    }
+
+    #[test]
+    fn one_part_keeps_the_whole_order() {
+        let whole = [0.2, 0.9, 0.5, 0.9];
+        let order: Vec<usize> = cover(&whole, &[vec![0.0, 0.1, 0.9, 0.3]], 1.0, 0.05)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(order, vec![1, 3, 2, 0]);
+    }
+
+    #[test]
+    fn the_second_need_comes_before_near_misses_of_the_first() {
+        // Candidates 0–2 answer part A (0 best), 3 answers part B; the whole request's key
+        // prefers A's near misses over B's answer.
+        let whole = [0.60, 0.58, 0.57, 0.50];
+        let a = vec![0.70, 0.66, 0.65, 0.20];
+        let b = vec![0.20, 0.21, 0.22, 0.72];
+        let plain: Vec<usize> = cover(&whole, &[], 0.3, 0.05).iter().map(|x| x.0).collect();
+        assert_eq!(plain, vec![0, 1, 2, 3]);
+        let covered = cover(&whole, &[a, b], 0.3, 0.05);
+        let order: Vec<usize> = covered.iter().map(|x| x.0).collect();
+        assert_eq!(order[..2], [0, 3]);
+        assert!(covered.windows(2).all(|w| w[0].1 >= w[1].1));
+    }
+
+    #[test]
+    fn nan_scores_neither_panic_nor_win() {
+        let whole = [f32::NAN, 0.5, 0.4];
+        let a = vec![0.1, f32::NAN, 0.9];
+        let b = vec![0.8, 0.1, 0.1];
+        let order = cover(&whole, &[a, b], 0.3, 0.05);
+        assert_eq!(order.len(), 3);
+        assert_ne!(order[0].0, 0);
+    }
+}
