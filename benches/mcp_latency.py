@@ -43,12 +43,12 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
            'version', s.version, 'content_hash', s.content_hash,
            'parts', jsonb_strip_nulls(jsonb_build_object(
                'bm25', r.bm25, 'semantic', r.semantic, 'graph', r.graph,
-               'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term, 'held_back', r.held_back)),
+               'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term, 'held_back', r.held_back, 'coverage', r.coverage)),
            'provenance', s.provenance) ORDER BY r.rank), '[]'::jsonb)
 FROM skills.search(%s, categories => NULL, k => 5, token_budget => NULL, min_score => NULL,
                    method => %s)
      WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta,
-                          dk_term, event_term, held_back, risk, risk_rules, rank)
+                          dk_term, event_term, held_back, coverage, risk, risk_rules, rank)
 JOIN skills.skill AS s ON s.id = r.id"""
 
 

@@ -266,7 +266,7 @@ RETURNS TABLE (id bigint, name text, category skills.category, score double prec
                tokens integer, bm25 double precision, semantic double precision,
                graph double precision, beta double precision, dk_term double precision,
                event_term double precision, held_back double precision,
-               risk skills.risk_level, risk_rules text[])
+               coverage double precision, risk skills.risk_level, risk_rules text[])
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -280,7 +280,7 @@ BEGIN
                                   search.min_score, search.method, search.bm25_weight,
                                   search.semantic_weight) WITH ORDINALITY AS r)
     SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
-           r.dk_term, r.event_term, r.held_back, s.risk,
+           r.dk_term, r.event_term, r.held_back, r.coverage, s.risk,
            ARRAY(SELECT DISTINCT f ->> 'rule' FROM jsonb_array_elements(s.risk_findings) AS f
                  WHERE (f ->> 'severity')::skills.risk_level > 'low' ORDER BY 1)
     FROM ranked AS r
@@ -289,7 +289,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) IS
-    'Ranked skills for a task, best first (ties by id); skills above pg_skills.max_risk, retired, or outside pg_skills.allowed_licenses are withheld (a NOTICE counts them). risk_rules: the rules found at medium or above. NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from.';
+    'Ranked skills for a task, best first (ties by id); skills above pg_skills.max_risk, retired, or outside pg_skills.allowed_licenses are withheld (a NOTICE counts them). risk_rules: the rules found at medium or above. NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from; coverage: for a request of several sentences or list items (semantic, keyopt; pg_skills.cover_request_parts), what answering a part no skill above answers added.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Trust and lifecycle: findings brought up to date, hand-set categories, sources kept in sync.

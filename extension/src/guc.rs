@@ -41,6 +41,8 @@ pub static BM25_K1: GucSetting<f64> = GucSetting::<f64>::new(1.5);
 pub static BM25_B: GucSetting<f64> = GucSetting::<f64>::new(0.75);
 /// Whether the BM25 analyzer stems English words.
 pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Whether semantic and keyopt searches serve each part of a request of several parts.
+pub static COVER_REQUEST_PARTS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// Rows a bm25 index scan computes in its first batch (later batches grow 4×).
 pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(10);
@@ -300,6 +302,14 @@ pub fn init() {
         c"Whether BM25 text analysis applies the English stemmer.",
         c"Documents and queries are analysed the same way.",
         &BM25_STEMMING,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_skills.cover_request_parts",
+        c"Whether semantic and keyopt searches cover each part of a request of several sentences or list items.",
+        c"Each part (at most 6) is encoded and searched too, and the first results are chosen so that every part has a skill that answers it; a request of one part is ranked as before.",
+        &COVER_REQUEST_PARTS,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -122,7 +122,7 @@ searches_sql() {
       for extra in "${VARIANTS[@]}"; do
         v=$((v + 1))
         echo "WITH r AS MATERIALIZED (SELECT r.id, r.score, r.ord FROM skills.search(\$q\$$qtext\$q\$, method => '$method' $extra)
-                WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta, dk_term, event_term, held_back, risk, risk_rules, ord))
+                WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta, dk_term, event_term, held_back, coverage, risk, risk_rules, ord))
               SELECT '$method/q$i/v$v ' || s.content_hash || ' ' || r.score FROM r JOIN skills.skill AS s ON s.id = r.id ORDER BY r.ord;"
       done
     done

@@ -167,6 +167,45 @@ pub fn query_key_values(query: &str) -> Vec<f32> {
     key
 }
 
+/// Query keys of several texts, encoded together (one forward pass for those not cached).
+pub fn query_keys_of(texts: &[&str]) -> Vec<Vec<f32>> {
+    let model = guc::model_dir();
+    let cached: Vec<Option<Vec<f32>>> = QUERY_KEYS.with(|c| {
+        let cache = c.borrow();
+        texts
+            .iter()
+            .map(|t| cache.get(&(model.clone(), t.to_string())).cloned())
+            .collect()
+    });
+    let missing: Vec<&str> = texts
+        .iter()
+        .zip(&cached)
+        .filter(|(_, k)| k.is_none())
+        .map(|(t, _)| *t)
+        .collect();
+    let mut encoded = if missing.is_empty() {
+        Vec::new()
+    } else {
+        embed_texts(&encoder(), &missing).unwrap_or_else(|e| raise_encoder_error(e))
+    }
+    .into_iter()
+    .map(|e| compressor::query_key(&e));
+    let keys: Vec<Vec<f32>> = cached
+        .into_iter()
+        .map(|k| k.unwrap_or_else(|| encoded.next().expect("one embedding per text")))
+        .collect();
+    QUERY_KEYS.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() + texts.len() > QUERY_KEY_CACHE_ENTRIES {
+            cache.clear();
+        }
+        for (t, k) in texts.iter().zip(&keys) {
+            cache.insert((model.clone(), t.to_string()), k.clone());
+        }
+    });
+    keys
+}
+
 /// The compressor marked active in `skills.compressor`, as this process last loaded it.
 static COMPRESSOR: Mutex<Option<(i32, String, Option<Arc<Compressor>>)>> = Mutex::new(None);
 

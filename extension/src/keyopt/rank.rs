@@ -73,6 +73,15 @@ fn active_round() -> Option<ActiveRound> {
     })
 }
 
+/// What one unit of key score is worth in the active round's S: its ρ (1 without a round or
+/// with ρ ≤ 0), so that other terms added to S in key-score units can be scaled to it.
+pub fn score_unit() -> f32 {
+    active_round()
+        .map(|r| r.rho)
+        .filter(|&rho| rho > 0.0)
+        .unwrap_or(1.0)
+}
+
 /// (skill id, content hash, semantic score) rows of a candidate query.
 fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String, f32)> {
     crate::spi::read(|client| {

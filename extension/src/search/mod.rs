@@ -11,16 +11,20 @@
 //! | `skilltrace` | the same walk over past runs            | graph (+ seeds' bm25, semantic) |
 //! | `keyopt`     | ρ·r + β + clip((q − μ)ᵀΔk) + α·E, lifts bounded | semantic (= ρ·r), beta, dk_term, event_term, held_back |
 //!
+//! For a request of several parts (sentences, list items), semantic and keyopt add `coverage`:
+//! what answering a part no earlier skill answered adds (`parts.rs`).
+//!
 //! [`serve`](pg_skills_kernels::serving::serve) then applies k, token_budget and min_score. When a
 //! budget skips rows the ranking is redone deeper, so k rows are served whenever k rows fit.
 
 //!
 //! Files: `request.rs` checks the arguments; `rank.rs` ranks by each method ([`rank::rank`]
-//! dispatches); this file serves the ranking under the limits; `context.rs` renders served
+//! dispatches); `parts.rs` covers the parts of a request; this file serves the ranking under the limits; `context.rs` renders served
 //! skills as a prompt block; `graph.rs` is the skill graph's walks and `skills.build_graph`.
 
 pub mod context;
 pub mod graph;
+pub mod parts;
 pub mod rank;
 pub mod request;
 
@@ -141,6 +145,7 @@ fn search_ranked(
         name!(dk_term, Option<f64>),
         name!(event_term, Option<f64>),
         name!(held_back, Option<f64>),
+        name!(coverage, Option<f64>),
     ),
 > {
     let limits = limits(k, token_budget, min_score);
@@ -171,6 +176,7 @@ fn search_ranked(
             r.dk_term,
             r.event_term,
             r.held_back,
+            r.coverage,
         )
     }))
 }

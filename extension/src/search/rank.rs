@@ -9,6 +9,7 @@ use pg_skills_kernels::fusion::{pool_first, reciprocal_rank_fusion, Ranking, RRF
 use pg_skills_kernels::serving::SearchMethod as Method;
 
 use super::graph;
+use super::parts;
 use super::request::Request;
 
 /// First-stage hits of each kind that seed the graph walks.
@@ -32,6 +33,8 @@ pub struct Ranked {
     pub dk_term: Option<f64>,
     pub event_term: Option<f64>,
     pub held_back: Option<f64>,
+    /// What covering the other parts of a request of several parts added to the score.
+    pub coverage: Option<f64>,
 }
 
 /// Rows of a query returning (id bigint, score double precision).
@@ -123,6 +126,15 @@ pub fn semantic(
             )
         },
         |r| (r.0, r.1),
+    )
+}
+
+/// Semantic (id, q·k0) of exactly the skills `ids` that have a key (any order).
+fn semantic_of(key: &[f32], ids: &[i64]) -> Vec<(i64, f64)> {
+    id_scores(
+        "SELECT skill_id, (-(k0 OPERATOR(skills.<#>) skills.key($1)))::float8 \
+         FROM skills.skill_key WHERE skill_id = ANY ($2)",
+        &[key.to_vec().into(), ids.to_vec().into()],
     )
 }
 
@@ -250,15 +262,27 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
             .collect(),
         Method::Semantic => {
             let key = req.key();
-            semantic(&key, req.category_filter(), depth)
-                .into_iter()
-                .map(|(id, score)| Ranked {
-                    id,
-                    score,
-                    semantic: Some(score),
-                    ..Ranked::default()
-                })
-                .collect()
+            let categories = req.category_filter();
+            let as_rows = |list: Vec<(i64, f64)>| -> Vec<Ranked> {
+                list.into_iter()
+                    .map(|(id, score)| Ranked {
+                        id,
+                        score,
+                        semantic: Some(score),
+                        ..Ranked::default()
+                    })
+                    .collect()
+            };
+            parts::covered(
+                &req.query,
+                &key,
+                &parts::part_keys(&req.query),
+                req.results_wanted,
+                depth,
+                1.0,
+                |_, k, d| as_rows(semantic(k, categories.clone(), d)),
+                |_, k, ids| as_rows(semantic_of(k, ids)),
+            )
         }
         Method::Hybrid => {
             let key = req.key();
@@ -301,27 +325,59 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
         }
         Method::KeyOpt => {
             let key = req.key();
-            crate::keyopt::rank::ranked(
-                &req.query,
-                key,
-                req.category_filter(),
-                req.results_wanted,
+            let categories = req.category_filter();
+            let wanted = req.results_wanted;
+            let query = req.query.clone();
+            let as_rows = |list: Vec<(i64, pg_skills_kernels::keyopt::Parts, bool)>| {
+                list.into_iter()
+                    .map(|(id, p, _)| Ranked {
+                        id,
+                        score: p.total() as f64,
+                        semantic: Some(p.relevance as f64),
+                        beta: Some(p.beta as f64),
+                        dk_term: Some(p.dk_term as f64),
+                        event_term: Some(p.event_term as f64),
+                        held_back: Some(p.held_back as f64),
+                        ..Ranked::default()
+                    })
+                    .collect::<Vec<Ranked>>()
+            };
+            let parts = parts::part_keys(&req.query);
+            let unit = if parts.is_empty() {
+                1.0
+            } else {
+                crate::keyopt::rank::score_unit()
+            };
+            parts::covered(
+                &query,
+                &key,
+                &parts,
+                wanted,
                 depth,
-                None,
-                None,
+                unit,
+                |text, k, d| {
+                    as_rows(crate::keyopt::rank::ranked(
+                        text,
+                        k.to_vec(),
+                        categories.clone(),
+                        wanted,
+                        d,
+                        None,
+                        None,
+                    ))
+                },
+                |text, k, ids| {
+                    as_rows(crate::keyopt::rank::ranked(
+                        text,
+                        k.to_vec(),
+                        categories.clone(),
+                        wanted,
+                        None,
+                        Some(ids.to_vec()),
+                        None,
+                    ))
+                },
             )
-            .into_iter()
-            .map(|(id, p, _)| Ranked {
-                id,
-                score: p.total() as f64,
-                semantic: Some(p.relevance as f64),
-                beta: Some(p.beta as f64),
-                dk_term: Some(p.dk_term as f64),
-                event_term: Some(p.event_term as f64),
-                held_back: Some(p.held_back as f64),
-                ..Ranked::default()
-            })
-            .collect()
         }
     }
 }

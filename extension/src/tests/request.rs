@@ -295,4 +295,100 @@ mod tests {
             "{before:?} -> {after:?}"
         );
     }
+
+    /// Skills for one need, several near misses of another need, and a request naming both.
+    fn two_needs_corpus() -> (Vec<i64>, i64) {
+        let fixtures = [
+            (
+                "pytest-fixtures",
+                "Write pytest fixtures that share one database setup across tests",
+                "Use conftest.py and scope=session.",
+            ),
+            (
+                "pytest-database-fixtures",
+                "Pytest fixtures for a test database: create once, roll back after each test",
+                "Yield a connection from a session fixture.",
+            ),
+            (
+                "pytest-conftest-layout",
+                "Organise pytest conftest.py files and shared fixtures for database tests",
+                "One conftest per package.",
+            ),
+            (
+                "pytest-factory-fixtures",
+                "Factory fixtures in pytest that build database rows for tests",
+                "Return a function from the fixture.",
+            ),
+        ];
+        let ids = fixtures.iter().map(|(n, d, i)| insert(n, d, i)).collect();
+        let probes = insert(
+            "kubernetes-probes",
+            "Configure liveness and readiness probes for a Kubernetes deployment",
+            "Add httpGet probes to the container spec.",
+        );
+        insert(
+            "rust-backtrace",
+            "Find where a Rust program panicked with RUST_BACKTRACE",
+            "Run with RUST_BACKTRACE=1.",
+        );
+        exec("SELECT skills.embed_pending()");
+        (ids, probes)
+    }
+
+    const TWO_NEEDS: &str = "'Write pytest fixtures so that every test shares one database \
+        setup, created once per session and rolled back after each test. \
+        Then add a readiness probe to our Kubernetes deployment.'";
+
+    #[pg_test]
+    fn a_request_of_two_parts_serves_a_skill_for_each() {
+        if !have_model() {
+            return;
+        }
+        let (fixtures, probes) = two_needs_corpus();
+        for method in ["semantic", "keyopt"] {
+            // One key for the whole request: the near misses of the first need come first.
+            exec("SET pg_skills.cover_request_parts = off");
+            let whole = search(&format!("{TWO_NEEDS}, k => 3, method => '{method}'"));
+            assert!(
+                !ids_of(&whole).contains(&probes),
+                "{method}: the test needs the whole request to rank the second need low: {whole:?}"
+            );
+            exec("RESET pg_skills.cover_request_parts");
+            let covered = served(&format!("{TWO_NEEDS}, k => 3, method => '{method}'"));
+            let ids: Vec<i64> = covered.iter().map(|r| r.0).collect();
+            assert!(ids.contains(&probes), "{method}: {covered:?}");
+            assert!(fixtures.contains(&ids[0]), "{method}: {covered:?}");
+            assert!(covered.windows(2).all(|w| w[0].1 >= w[1].1));
+            // score = the whole request's score + coverage, coverage > 0 for the pool's rows.
+            let parts = id_scores(&format!(
+                "SELECT id, (score - coalesce(semantic, 0) - coalesce(beta, 0) \
+                        - coalesce(dk_term, 0) - coalesce(event_term, 0) \
+                        - coalesce(held_back, 0) - coverage)::float8 \
+                 FROM skills.search({TWO_NEEDS}, k => 3, method => '{method}')"
+            ));
+            assert_eq!(parts.len(), 3);
+            assert!(parts.iter().all(|p| p.1.abs() < 1e-5), "{parts:?}");
+            // A category filter still holds for every part's candidates.
+            let category: String = one(&format!(
+                "SELECT category::text FROM skills.skill WHERE id = {}",
+                fixtures[0]
+            ));
+            let pooled: Vec<String> = one(&format!(
+                "SELECT coalesce(array_agg(DISTINCT category::text), '{{}}') \
+                 FROM skills.search({TWO_NEEDS}, categories => ARRAY['{category}'], \
+                                    method => '{method}')"
+            ));
+            assert_eq!(pooled, vec![category.clone()]);
+        }
+        // A request of one part is ranked as before, with no coverage.
+        let single = "'write pytest fixtures for a database', k => 3, method => 'semantic'";
+        let with: Vec<(i64, f64)> = search(single);
+        exec("SET pg_skills.cover_request_parts = off");
+        assert_eq!(with, search(single));
+        exec("RESET pg_skills.cover_request_parts");
+        let nulls: i64 = one(&format!(
+            "SELECT count(*) FROM skills.search({single}) WHERE coverage IS NOT NULL"
+        ));
+        assert_eq!(nulls, 0);
+    }
 }

@@ -149,6 +149,10 @@ pub struct ScoreParts {
     /// ahead in relevance than the skill was ever seen to overcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_back: Option<f64>,
+    /// For a request of several parts (sentences, list items): what answering a part that no
+    /// skill ranked above answers added to the score.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f64>,
 }
 
 /// One ranked skill. Pass `id`, `version` and `content_hash` back in report_outcome.
@@ -192,13 +196,13 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
            'parts', jsonb_strip_nulls(jsonb_build_object(
                'bm25', r.bm25, 'semantic', r.semantic, 'graph', r.graph,
                'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term,
-               'held_back', r.held_back)),
+               'held_back', r.held_back, 'coverage', r.coverage)),
            'provenance', s.provenance, 'risk', r.risk,
            'risk_findings', s.risk_findings) ORDER BY r.rank), '[]'::jsonb)
 FROM skills.search($1, categories => $2, k => $3, token_budget => $4, min_score => $5,
                    method => $6)
      WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta,
-                          dk_term, event_term, held_back, risk, risk_rules, rank)
+                          dk_term, event_term, held_back, coverage, risk, risk_rules, rank)
 JOIN skills.skill AS s ON s.id = r.id";
 
 /// Runs `sql` (a statement over skills.search / skills.render_context taking the request's six
