@@ -60,6 +60,14 @@ SELECT name, round(score::numeric, 3) AS score
 FROM skills.search('my program crashed and I need to see where', k => 3, method => 'semantic');
 
 \echo
+\echo == a task of two parts gets a skill for each (coverage: what answering a part not yet answered added)
+SELECT name, round(score::numeric, 3) AS score, round(semantic::numeric, 3) AS semantic,
+       round(coverage::numeric, 3) AS coverage
+FROM skills.search('Our pytest tests repeat the same database setup in every test file. '
+                   'Also, the production container image is huge and takes minutes to pull.',
+                   k => 3, method => 'semantic');
+
+\echo
 \echo == hybrid (reciprocal-rank fusion): keep my container images small
 SELECT name, round(score::numeric, 4) AS rrf, round(bm25::numeric, 2) AS bm25, round(semantic::numeric, 3) AS semantic
 FROM skills.search('keep my container images small', k => 3, method => 'hybrid');
