@@ -333,11 +333,26 @@ struct Methods<'a> {
     data: &'a Dataset,
     query_keys: &'a [Vec<f32>],
     /// Keys of each query's parts (none for a query of one part).
-    part_keys: &'a [Vec<Vec<f32>>],
+    part_keys: Vec<Vec<Vec<f32>>>,
     doc_keys: &'a [Vec<f32>],
 }
 
-impl Methods<'_> {
+impl<'a> Methods<'a> {
+    fn new(
+        encoder: &Encoder,
+        data: &'a Dataset,
+        query_keys: &'a [Vec<f32>],
+        doc_keys: &'a [Vec<f32>],
+    ) -> Methods<'a> {
+        let texts: Vec<String> = data.queries.iter().map(|q| q.1.clone()).collect();
+        Methods {
+            data,
+            query_keys,
+            part_keys: part_keys(encoder, &texts),
+            doc_keys,
+        }
+    }
+
     /// The table rows of every method over `test`, with the round and memory for each query.
     fn table<'r>(
         &self,
@@ -996,14 +1011,7 @@ fn main() {
         );
         out += &describe_fit("fit", &fitted, seconds);
         out += "\n";
-        let texts: Vec<String> = metatool.queries.iter().map(|q| q.1.clone()).collect();
-        let parts = part_keys(&encoder, &texts);
-        let methods = Methods {
-            data: &metatool,
-            query_keys: &query_keys,
-            part_keys: &parts,
-            doc_keys: &doc_keys,
-        };
+        let methods = Methods::new(&encoder, &metatool, &query_keys, &doc_keys);
         out += &methods.table(&test, |_| (&round, &memory));
         eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
         if !args.no_base_relevance {
@@ -1065,14 +1073,7 @@ fn main() {
                 rounds.push((Round::new(&doc_keys, &fitted), memory_of(&events)));
             }
             out += "\n";
-            let texts: Vec<String> = skillsbench.queries.iter().map(|q| q.1.clone()).collect();
-            let parts = part_keys(&encoder, &texts);
-            let methods = Methods {
-                data: &skillsbench,
-                query_keys: &query_keys,
-                part_keys: &parts,
-                doc_keys: &doc_keys,
-            };
+            let methods = Methods::new(&encoder, &skillsbench, &query_keys, &doc_keys);
             let all: Vec<usize> = (0..skillsbench.queries.len()).collect();
             out += &methods.table(&all, |q| {
                 let (round, memory) = &rounds[fold_of(q)];
