@@ -107,7 +107,8 @@ e_c=$(q $COORD "SELECT count(*) FROM skills.edge") e_s=$(q $SINGLE "SELECT count
 
 QUERIES=("which commit broke the build" "CI is red again but the same tests pass when I rerun the job"
          "write a multi-stage Dockerfile for a Python service" "plot a chart from a CSV file with pandas"
-         "100% coverage of the parser's edge cases" "kubernetes helm chart rollout")
+         "100% coverage of the parser's edge cases" "kubernetes helm chart rollout"
+         "Write pytest fixtures that share one test database. Then add a readiness probe to the Kubernetes deployment.")
 VARIANTS=(", k => 10" ", categories => ARRAY['testing', 'debugging'], token_budget => 3000" ", min_score => 0.05, k => 25")
 # Every search of a comparison as one script, one session per side (a new connection per search
 # would load the encoder each time). Each answer row: "label content_hash score" (content, not
