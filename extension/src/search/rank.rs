@@ -348,6 +348,18 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
             } else {
                 crate::keyopt::rank::score_unit()
             };
+            // The KeyOpt reading of a text: its ranking (`depth`), or exactly the skills `only`.
+            let read = |text: &str, k: &[f32], depth: Option<usize>, only: Option<&[i64]>| {
+                as_rows(crate::keyopt::rank::ranked(
+                    text,
+                    k.to_vec(),
+                    categories.clone(),
+                    wanted,
+                    depth,
+                    only.map(<[i64]>::to_vec),
+                    None,
+                ))
+            };
             parts::covered(
                 &query,
                 &key,
@@ -355,28 +367,8 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
                 wanted,
                 depth,
                 unit,
-                |text, k, d| {
-                    as_rows(crate::keyopt::rank::ranked(
-                        text,
-                        k.to_vec(),
-                        categories.clone(),
-                        wanted,
-                        d,
-                        None,
-                        None,
-                    ))
-                },
-                |text, k, ids| {
-                    as_rows(crate::keyopt::rank::ranked(
-                        text,
-                        k.to_vec(),
-                        categories.clone(),
-                        wanted,
-                        None,
-                        Some(ids.to_vec()),
-                        None,
-                    ))
-                },
+                |text, k, d| read(text, k, d, None),
+                |text, k, ids| read(text, k, None, Some(ids)),
             )
         }
     }
