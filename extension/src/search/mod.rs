@@ -19,8 +19,9 @@
 
 //!
 //! Files: `request.rs` checks the arguments; `rank.rs` ranks by each method ([`rank::rank`]
-//! dispatches); `parts.rs` covers the parts of a request; this file serves the ranking under the limits; `context.rs` renders served
-//! skills as a prompt block; `graph.rs` is the skill graph's walks and `skills.build_graph`.
+//! dispatches); `parts.rs` covers the parts of a request; this file serves the ranking under
+//! the limits; `context.rs` renders served skills as a prompt block; `graph.rs` is the skill
+//! graph's walks and `skills.build_graph`.
 
 pub mod context;
 pub mod graph;
