@@ -65,6 +65,48 @@ CREATE OPERATOR skills.<-> (
 );
 COMMENT ON OPERATOR skills.<-> (skills.key, skills.key) IS 'Euclidean distance';
 
+-- A query key that carries its search breadth: a skeys index scan reads `probes` lists first
+-- and at most `max_probes` in all (NULL: the scanning server's pg_skills.key_probes and
+-- pg_skills.key_max_probes). The breadth travels inside the query, so it reaches every node that
+-- scans (Citus shards), where a SET in the coordinator's session does not.
+CREATE TYPE skills.keyquery AS (key skills.key, probes integer, max_probes integer);
+COMMENT ON TYPE skills.keyquery IS
+    'a query key with its skeys search breadth (NULL fields: the scanning server''s settings)';
+CREATE FUNCTION skills.key_query(key skills.key, probes integer DEFAULT NULL,
+                                 max_probes integer DEFAULT NULL)
+    RETURNS skills.keyquery IMMUTABLE PARALLEL SAFE LANGUAGE sql
+    RETURN ROW(key, probes, max_probes)::skills.keyquery;
+COMMENT ON FUNCTION skills.key_query(skills.key, integer, integer) IS
+    'a query key that carries its skeys breadth: ORDER BY key <#> skills.key_query(q, probes => 16)';
+
+-- The same distances as key <op> key: a sequential scan reads every key, the breadth is moot.
+-- C functions, not SQL ones: the planner would inline a SQL body, and the index, which it
+-- matches by the operator, would no longer serve the ORDER BY.
+CREATE FUNCTION skills.key_query_negative_inner_product(skills.key, skills.keyquery)
+    RETURNS double precision IMMUTABLE STRICT PARALLEL SAFE LANGUAGE c
+    AS 'MODULE_PATHNAME', 'pgs_key_query_negative_inner_product';
+CREATE FUNCTION skills.key_query_cosine_distance(skills.key, skills.keyquery)
+    RETURNS double precision IMMUTABLE STRICT PARALLEL SAFE LANGUAGE c
+    AS 'MODULE_PATHNAME', 'pgs_key_query_cosine_distance';
+CREATE FUNCTION skills.key_query_l2_distance(skills.key, skills.keyquery)
+    RETURNS double precision IMMUTABLE STRICT PARALLEL SAFE LANGUAGE c
+    AS 'MODULE_PATHNAME', 'pgs_key_query_l2_distance';
+CREATE OPERATOR skills.<#> (
+    LEFTARG = skills.key, RIGHTARG = skills.keyquery,
+    FUNCTION = skills.key_query_negative_inner_product
+);
+COMMENT ON OPERATOR skills.<#> (skills.key, skills.keyquery) IS 'negative inner product with the query''s breadth';
+CREATE OPERATOR skills.<=> (
+    LEFTARG = skills.key, RIGHTARG = skills.keyquery,
+    FUNCTION = skills.key_query_cosine_distance
+);
+COMMENT ON OPERATOR skills.<=> (skills.key, skills.keyquery) IS 'cosine distance with the query''s breadth';
+CREATE OPERATOR skills.<-> (
+    LEFTARG = skills.key, RIGHTARG = skills.keyquery,
+    FUNCTION = skills.key_query_l2_distance
+);
+COMMENT ON OPERATOR skills.<-> (skills.key, skills.keyquery) IS 'Euclidean distance with the query''s breadth';
+
 CREATE FUNCTION skills.skeys_handler(internal) RETURNS index_am_handler
     PARALLEL SAFE IMMUTABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'skeys_handler_wrapper';
 CREATE ACCESS METHOD skeys TYPE INDEX HANDLER skills.skeys_handler;
@@ -72,13 +114,16 @@ COMMENT ON ACCESS METHOD skeys IS 'pg_skills key index: k-means lists of f16 key
 
 CREATE OPERATOR CLASS skills.key_ip_ops
     DEFAULT FOR TYPE skills.key USING skeys AS
-    OPERATOR 1 skills.<#> (skills.key, skills.key) FOR ORDER BY pg_catalog.float_ops;
+    OPERATOR 1 skills.<#> (skills.key, skills.key) FOR ORDER BY pg_catalog.float_ops,
+    OPERATOR 1 skills.<#> (skills.key, skills.keyquery) FOR ORDER BY pg_catalog.float_ops;
 CREATE OPERATOR CLASS skills.key_cosine_ops
     FOR TYPE skills.key USING skeys AS
-    OPERATOR 2 skills.<=> (skills.key, skills.key) FOR ORDER BY pg_catalog.float_ops;
+    OPERATOR 2 skills.<=> (skills.key, skills.key) FOR ORDER BY pg_catalog.float_ops,
+    OPERATOR 2 skills.<=> (skills.key, skills.keyquery) FOR ORDER BY pg_catalog.float_ops;
 CREATE OPERATOR CLASS skills.key_l2_ops
     FOR TYPE skills.key USING skeys AS
-    OPERATOR 3 skills.<-> (skills.key, skills.key) FOR ORDER BY pg_catalog.float_ops;
+    OPERATOR 3 skills.<-> (skills.key, skills.key) FOR ORDER BY pg_catalog.float_ops,
+    OPERATOR 3 skills.<-> (skills.key, skills.keyquery) FOR ORDER BY pg_catalog.float_ops;
 
 CREATE FUNCTION skills.key_index_stats(index regclass)
     RETURNS TABLE (format_version integer, metric text, dimensions integer, lists integer,

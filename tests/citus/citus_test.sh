@@ -177,6 +177,37 @@ err=$(q $COORD "SELECT s.id FROM skills.skill AS s ORDER BY $DOCQ skills.bm25que
 echo "$err" | grep -q "cannot be scored outside its shards' index scans" \
   && ok "a plain bm25query a shard cannot scan is refused with a hint" || bad "plain bm25query with a tie-break: $err"
 
+# The key search's breadth set in the coordinator's session reaches the shards: the searches'
+# queries carry it (skills.keyquery). With a skeys index on every shard (Citus creates it on
+# each), every list read answers as the exact single node (no index there); one list of twenty
+# misses neighbours, so the index was read with that breadth.
+breadth_sql() { # probes
+  local i=0 qtext
+  echo "SET pg_skills.key_probes = $1;"
+  for qtext in "${QUERIES[@]}"; do
+    i=$((i + 1))
+    for method in semantic keyopt; do
+      echo "WITH r AS MATERIALIZED (SELECT r.id, r.ord FROM skills.search(\$q\$$qtext\$q\$, method => '$method', k => 20)
+              WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta, dk_term, event_term, held_back, coverage, risk, risk_rules, ord))
+            SELECT '$method/q$i ' || string_agg(s.content_hash, ',' ORDER BY r.ord) FROM r JOIN skills.skill AS s ON s.id = r.id;"
+    done
+  done
+}
+if q $COORD "CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 20)" >/dev/null; then
+  exact=$(breadth_sql 65535 | psql -h 127.0.0.1 -p $SINGLE -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 2>&1)
+  every=$(breadth_sql 65535 | psql -h 127.0.0.1 -p $COORD -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 2>&1)
+  narrow=$(breadth_sql 1 | psql -h 127.0.0.1 -p $COORD -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 2>&1)
+  if [ "$every" = "$exact" ] && [ "$narrow" != "$exact" ] && [ "$(echo "$exact" | grep -c ' ')" = $((2 * ${#QUERIES[@]})) ]; then
+    ok "pg_skills.key_probes set on the coordinator reaches the shards' key indexes (every list: the exact answers; one list: others)"
+  else
+    bad "key_probes on the coordinator: every list equals exact: $([ "$every" = "$exact" ] && echo yes || echo no); one list differs: $([ "$narrow" != "$exact" ] && echo yes || echo no)"
+    diff <(echo "$every") <(echo "$exact") | head -6
+  fi
+  q $COORD "DROP INDEX skills.skill_key_k0" >/dev/null || bad "DROP INDEX on the coordinator"
+else
+  bad "CREATE INDEX ... USING skeys on the coordinator"
+fi
+
 # Writes: inserts, updates, deletes, then VACUUM; the same statements on both sides.
 dml="
 INSERT INTO skills.skill (name, description, instructions) VALUES

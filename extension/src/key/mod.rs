@@ -3,7 +3,9 @@
 //! - [`datatype`]: input, output, casts, checks (512-d, f16 storage).
 //! - [`operators`]: `<#>` (negative inner product), `<=>` (cosine distance), `<->` (L2).
 //! - [`index`]: the `skeys` access method over `pg_skills_kernels::keyindex`.
+//! - [`query`]: `skills.keyquery`, a query key that carries its search breadth.
 
 pub mod datatype;
 pub mod index;
 pub mod operators;
+pub mod query;

@@ -1,6 +1,7 @@
 //! Distance operators in pgvector's convention (smaller is nearer). They compute exactly what
 //! the `skeys` index computes for an entry (`Metric::distance`), so an index scan and a
-//! sequential scan order rows by identical values.
+//! sequential scan order rows by identical values. With a `skills.keyquery` on the right, the
+//! distance is to its key (a sequential scan reads every row: the breadth is moot).
 
 use pgrx::IntoDatum;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -8,6 +9,7 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 use pg_skills_kernels::keyindex::Metric;
 
 use super::datatype::Key;
+use super::query::KeyQuery;
 use crate::errors::raise;
 use crate::fmgr::{arg, v1_function};
 
@@ -52,5 +54,52 @@ v1_function!(
         distance(arg(fcinfo, 0), arg(fcinfo, 1), Metric::L2)
             .into_datum()
             .expect("a float8")
+    }
+);
+
+/// `key <op> keyquery`: the distance to the query's key; NULL when that key is NULL.
+///
+/// SAFETY: `fcinfo` is a call of a STRICT (skills.key, skills.keyquery) function and `query` its
+/// second argument's parts.
+unsafe fn query_distance(
+    fcinfo: pg_sys::FunctionCallInfo,
+    query: Option<KeyQuery>,
+    metric: Metric,
+) -> pg_sys::Datum {
+    match query {
+        Some(query) => distance(arg(fcinfo, 0), query.key, metric)
+            .into_datum()
+            .expect("a float8"),
+        None => {
+            (*fcinfo).isnull = true;
+            pg_sys::Datum::from(0)
+        }
+    }
+}
+
+v1_function!(
+    pg_finfo_pgs_key_query_negative_inner_product,
+    pgs_key_query_negative_inner_product,
+    |fcinfo| {
+        let query = KeyQuery::from_datum(arg(fcinfo, 1));
+        query_distance(fcinfo, query, Metric::InnerProduct)
+    }
+);
+
+v1_function!(
+    pg_finfo_pgs_key_query_cosine_distance,
+    pgs_key_query_cosine_distance,
+    |fcinfo| {
+        let query = KeyQuery::from_datum(arg(fcinfo, 1));
+        query_distance(fcinfo, query, Metric::Cosine)
+    }
+);
+
+v1_function!(
+    pg_finfo_pgs_key_query_l2_distance,
+    pgs_key_query_l2_distance,
+    |fcinfo| {
+        let query = KeyQuery::from_datum(arg(fcinfo, 1));
+        query_distance(fcinfo, query, Metric::L2)
     }
 );

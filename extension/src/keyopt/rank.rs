@@ -98,9 +98,15 @@ fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String
     })
 }
 
-const CANDIDATE_SELECT: &str =
-    "SELECT k.skill_id, s.content_hash, -(k.k0 OPERATOR(skills.<#>) skills.key($1))::float8 \
-     FROM skills.skill_key AS k JOIN skills.skill AS s ON s.id = k.skill_id";
+/// Candidates with their similarity to the query key `$1`; the query carries the session's
+/// breadth, so that Citus shards scanning their key index read as many lists.
+fn candidate_select() -> String {
+    format!(
+        "SELECT k.skill_id, s.content_hash, -(k.k0 OPERATOR(skills.<#>) {q})::float8 \
+         FROM skills.skill_key AS k JOIN skills.skill AS s ON s.id = k.skill_id",
+        q = crate::key::query::with_session_breadth("$1")
+    )
+}
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
@@ -264,7 +270,10 @@ pub fn ranked(
     let semantic: Vec<(i64, String, f32)> = match (&only, first_stage) {
         (None, Some(computed)) => computed,
         (Some(ids), _) => candidates(
-            &format!("{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1"),
+            &format!(
+                "{} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1",
+                candidate_select()
+            ),
             &[key.clone().into(), ids.clone().into()],
         ),
         // Ordered by the distance alone, so that a key index serves it (ties: closed_top).
@@ -273,8 +282,10 @@ pub fn ranked(
             |limit| {
                 candidates(
                     &format!(
-                        "{CANDIDATE_SELECT} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
-                         ORDER BY k.k0 OPERATOR(skills.<#>) skills.key($1) LIMIT $3"
+                        "{} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
+                         ORDER BY k.k0 OPERATOR(skills.<#>) {} LIMIT $3",
+                        candidate_select(),
+                        crate::key::query::with_session_breadth("$1")
                     ),
                     &[
                         key.clone().into(),
@@ -323,8 +334,9 @@ pub fn ranked(
             // Recalled skills must have a current key and be in the requested pools.
             let usable = candidates(
                 &format!(
-                    "{CANDIDATE_SELECT} WHERE k.skill_id = ANY($2) \
-                     AND ($3::text[] IS NULL OR s.category::text = ANY($3))"
+                    "{} WHERE k.skill_id = ANY($2) \
+                     AND ($3::text[] IS NULL OR s.category::text = ANY($3))",
+                    candidate_select()
                 ),
                 &[key.clone().into(), wanted.clone().into(), categories.into()],
             );

@@ -104,7 +104,7 @@ pub fn bm25_normalised(query: &str) -> HashMap<i64, f32> {
 /// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>` alone, which
 /// the planner serves from the skeys index when there is one (a tie-break column in the ORDER BY
 /// would make it sort every key instead); [`closed_top`] resolves the ties. Skills without a key
-/// yet are absent.
+/// yet are absent. The query carries the session's breadth, so Citus shards read as many lists.
 pub fn semantic(
     key: &[f32],
     categories: Option<Vec<String>>,
@@ -114,10 +114,13 @@ pub fn semantic(
         depth,
         |limit| {
             id_scores(
-                "SELECT sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) skills.key($1)))::float8 \
-                 FROM skills.skill_key AS sk JOIN skills.skill AS s ON s.id = sk.skill_id \
-                 WHERE $2::text[] IS NULL OR s.category::text = ANY ($2) \
-                 ORDER BY sk.k0 OPERATOR(skills.<#>) skills.key($1) LIMIT $3",
+                &format!(
+                    "SELECT sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) {q}))::float8 \
+                     FROM skills.skill_key AS sk JOIN skills.skill AS s ON s.id = sk.skill_id \
+                     WHERE $2::text[] IS NULL OR s.category::text = ANY ($2) \
+                     ORDER BY sk.k0 OPERATOR(skills.<#>) {q} LIMIT $3",
+                    q = crate::key::query::with_session_breadth("$1")
+                ),
                 &[
                     key.to_vec().into(),
                     categories.clone().into(),

@@ -144,6 +144,16 @@ mod tests {
             for q in &queries[..4] {
                 let exact = seqscan(|| nearest(op, q, "", 10));
                 assert_eq!(nearest(op, q, "", 10), exact, "{class}");
+                let query = format!("skills.key_query({}, 8)", key_literal(q));
+                let sql = format!(
+                    "SELECT id, key OPERATOR(skills.{op}) {query} FROM key_test \
+                     ORDER BY key OPERATOR(skills.{op}) {query} LIMIT 10"
+                );
+                assert!(
+                    plan(&sql).contains("Index Scan using key_test_m"),
+                    "{class}"
+                );
+                assert_eq!(key_ids(&sql), exact, "{class} with a skills.keyquery");
             }
             let metric: String = one("SELECT metric FROM skills.key_index_stats('key_test_m')");
             assert_eq!(metric, if op == "<=>" { "cosine" } else { "l2" });
@@ -203,6 +213,98 @@ mod tests {
             capped.len() as i64 <= per_list,
             "max_probes bounds the scan"
         );
+    }
+
+    /// A `skills.keyquery` carries its breadth into the scan, over the session's settings (how a
+    /// Citus coordinator's breadth reaches its shards); NULL fields fall back to the settings;
+    /// the planner serves it from the index; a sequential scan orders by the same distances.
+    #[pg_test]
+    fn key_query_carries_its_breadth() {
+        let queries = key_table(2000, 23);
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 40)");
+        exec("ANALYZE key_test");
+        let with = |q: &[f32], probes: &str, max: &str, filter: &str| {
+            let query = format!("skills.key_query({}, {probes}, {max})", key_literal(q));
+            key_ids(&format!(
+                "SELECT id, key OPERATOR(skills.<#>) {query} FROM key_test {filter} \
+                 ORDER BY key OPERATOR(skills.<#>) {query} LIMIT 10"
+            ))
+        };
+        let shown = plan(&format!(
+            "SELECT id FROM key_test ORDER BY key OPERATOR(skills.<#>) skills.key_query({}, 3) LIMIT 10",
+            key_literal(&queries[0])
+        ));
+        assert!(shown.contains("Index Scan using key_test_ip"), "{shown}");
+
+        exec("SET LOCAL pg_skills.key_probes = 1");
+        // Queries between two clusters: their neighbours lie in more than one list.
+        let between: Vec<Vec<f32>> = queries
+            .windows(2)
+            .take(8)
+            .map(|w| w[0].iter().zip(&w[1]).map(|(a, b)| a + b).collect())
+            .collect();
+        let mut narrower = 0;
+        for q in &between {
+            let exact = seqscan(|| nearest("<#>", q, "", 10));
+            let one_list = nearest("<#>", q, "", 10);
+            narrower += usize::from(one_list != exact);
+            assert_eq!(
+                with(q, "40", "NULL", ""),
+                exact,
+                "every list, whatever the session reads"
+            );
+            assert_eq!(with(q, "1", "NULL", ""), one_list);
+            assert_eq!(
+                with(q, "NULL", "NULL", ""),
+                one_list,
+                "NULL: the session's breadth"
+            );
+            assert_eq!(
+                seqscan(|| with(q, "1", "NULL", "")),
+                exact,
+                "a sequential scan is exact"
+            );
+        }
+        // Otherwise the comparisons above could not tell a breadth from another.
+        assert!(
+            narrower > 0,
+            "one list of forty found every neighbour of every query"
+        );
+
+        exec("SET LOCAL pg_skills.key_probes = 40");
+        let one_list = with(&queries[0], "1", "NULL", "");
+        exec("SET LOCAL pg_skills.key_probes = 1");
+        assert_eq!(
+            nearest("<#>", &queries[0], "", 10),
+            one_list,
+            "the query's 1 over the session's 40"
+        );
+
+        // max_probes from the query bounds the iterative scan of a filtered query.
+        let filter = "WHERE category = 3";
+        assert_eq!(
+            with(&queries[1], "1", "0", filter).len(),
+            10,
+            "0: every list if need be"
+        );
+        let per_list: i64 = one("SELECT largest_list FROM skills.key_index_stats('key_test_ip')");
+        let capped = with(&queries[1], "1", "1", filter);
+        assert!(
+            capped.len() < 10 && capped.len() as i64 <= per_list,
+            "{}",
+            capped.len()
+        );
+    }
+
+    #[pg_test(error = "a skills.keyquery's probes is 0, outside 1 to 65535")]
+    fn key_query_breadth_out_of_range() {
+        let queries = key_table(200, 3);
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 4)");
+        exec("SET LOCAL enable_seqscan = off");
+        exec(&format!(
+            "SELECT id FROM key_test ORDER BY key OPERATOR(skills.<#>) skills.key_query({}, 0) LIMIT 3",
+            key_literal(&queries[0])
+        ));
     }
 
     #[pg_test]

@@ -44,6 +44,18 @@ SET pg_skills.key_probes = 1;
 SELECT count(*) FROM (
   SELECT id FROM key_demo WHERE category = 1
   ORDER BY key OPERATOR(skills.<#>) (SELECT key FROM key_demo WHERE id = 5) LIMIT 20) AS filtered;
+-- A query can carry its breadth (skills.keyquery): it holds over the session's setting; the
+-- index serves it; a breadth out of range is refused when the scan starts.
+EXPLAIN (COSTS OFF)
+SELECT id FROM key_demo
+ORDER BY key OPERATOR(skills.<#>) skills.key_query((SELECT key FROM key_demo WHERE id = 5), probes => 8) LIMIT 3;
+SELECT id, round((key OPERATOR(skills.<#>) q)::numeric, 4) AS distance
+FROM key_demo, (SELECT skills.key_query(key, 8, 0) AS q FROM key_demo WHERE id = 5) AS query
+ORDER BY key OPERATOR(skills.<#>) q, id LIMIT 5;
+SET enable_seqscan = off;
+SELECT id FROM key_demo
+ORDER BY key OPERATOR(skills.<#>) skills.key_query((SELECT key FROM key_demo WHERE id = 5), 70000) LIMIT 1;
+RESET enable_seqscan;
 RESET pg_skills.key_probes;
 REINDEX INDEX key_demo_ip;
 SELECT entries FROM skills.key_index_stats('key_demo_ip');

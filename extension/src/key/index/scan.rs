@@ -1,5 +1,5 @@
-//! Index scans for `ORDER BY key <op> query`: the `pg_skills.key_probes` nearest lists first,
-//! every entry's exact distance, nearest first. When the executor wants more rows than those
+//! Index scans for `ORDER BY key <op> query`: the `pg_skills.key_probes` nearest lists first
+//! (or the breadth a `skills.keyquery` carries), every entry's exact distance, nearest first. When the executor wants more rows than those
 //! lists hold (a WHERE clause filtered them out), the scan probes the next lists — the iterative
 //! scan — up to `pg_skills.key_max_probes` lists (0: all of them, so a filtered query finds k
 //! rows whenever k rows match). Rows of a later batch can be nearer than rows already returned
@@ -19,6 +19,7 @@ use pg_skills_kernels::layout::Tid;
 use super::{centroids, checked_meta, metric_of_strategy};
 use crate::errors::raise;
 use crate::key::datatype::Key;
+use crate::key::query::KeyQuery;
 use crate::storage::{BufferStore, Mode, OrRaise};
 
 #[derive(Default)]
@@ -28,6 +29,8 @@ struct ScanState {
     order: Vec<u32>,
     next: usize,
     limit: usize,
+    /// Lists read per batch.
+    probes: usize,
     /// The current batch as a heap (heapify is linear; a LIMIT 10 pops only 10 of thousands).
     batch: BinaryHeap<Nearest>,
 }
@@ -62,7 +65,16 @@ impl crate::am::OrderedScan for ScanState {
     unsafe fn start(&mut self, index: pg_sys::Relation, key: Option<&pg_sys::ScanKeyData>) {
         // ORDER BY key <#> NULL: every distance is NULL; the index returns nothing.
         if let Some(key) = key {
-            start_query(index, self, key);
+            // The operator classes hold two right types: skills.key and the row type
+            // skills.keyquery (a query with its breadth).
+            let query = if pg_sys::type_is_rowtype(key.sk_subtype) {
+                KeyQuery::from_datum(key.sk_argument)
+            } else {
+                Some(KeyQuery::plain(key.sk_argument))
+            };
+            if let Some(query) = query {
+                start_query(index, self, key.sk_strategy, query);
+            }
         }
     }
 
@@ -79,39 +91,63 @@ impl crate::am::OrderedScan for ScanState {
     }
 }
 
-unsafe fn start_query(index: pg_sys::Relation, state: &mut ScanState, key: &pg_sys::ScanKeyData) {
+/// A breadth from the query, checked, or the session's setting.
+fn breadth(given: Option<i32>, setting: i32, least: i32, what: &str) -> usize {
+    let value = given.unwrap_or(setting);
+    if !(least..=65_535).contains(&value) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("a skills.keyquery's {what} is {value}, outside {least} to 65535"),
+            Some("Give skills.key_query a breadth in range, or NULL for the server's setting."),
+        );
+    }
+    value as usize
+}
+
+unsafe fn start_query(
+    index: pg_sys::Relation,
+    state: &mut ScanState,
+    strategy: pg_sys::StrategyNumber,
+    query: KeyQuery,
+) {
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
-    if metric_of_strategy(key.sk_strategy) != Some(meta.metric) {
+    if metric_of_strategy(strategy) != Some(meta.metric) {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("this skeys index orders by {} distance", meta.metric.name()),
             None,
         );
     }
-    let query = Key::from_datum(key.sk_argument).to_vec();
-    if query.len() != meta.dim as usize {
+    let probes = breadth(query.probes, crate::guc::KEY_PROBES.get(), 1, "probes");
+    let max = breadth(
+        query.max_probes,
+        crate::guc::KEY_MAX_PROBES.get(),
+        0,
+        "max_probes",
+    );
+    let key = Key::from_datum(query.key).to_vec();
+    if key.len() != meta.dim as usize {
         raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-            format!("a {}-d query for a {}-d index", query.len(), meta.dim),
+            format!("a {}-d query for a {}-d index", key.len(), meta.dim),
             None,
         );
     }
-    state.order = centroids(&store, index, &meta).probe_order(&query);
-    let max = crate::guc::KEY_MAX_PROBES.get().max(0) as usize;
+    state.order = centroids(&store, index, &meta).probe_order(&key);
     state.limit = if max == 0 {
         state.order.len()
     } else {
         max.min(state.order.len())
     };
-    state.query = query;
+    state.probes = probes;
+    state.query = key;
 }
 
 unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
-    let probes = crate::guc::KEY_PROBES.get().max(1) as usize;
-    let end = (state.next + probes).min(state.limit);
+    let end = (state.next + state.probes).min(state.limit);
     let mut batch = Vec::new();
     for &list in &state.order[state.next..end] {
         scan_list(&store, &meta, list, &state.query, &mut batch).or_raise(index);
