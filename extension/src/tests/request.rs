@@ -335,6 +335,33 @@ mod tests {
         (ids, probes)
     }
 
+    /// One sentence that joins two requests with "and" is cut into its clauses: each is a part,
+    /// so the second request's skill moves up past near misses of the first.
+    #[pg_test]
+    fn one_sentence_joining_two_requests_covers_both() {
+        if !have_model() {
+            return;
+        }
+        let (fixtures, probes) = two_needs_corpus();
+        let request = "'Write pytest fixtures that share one database setup across all tests \
+            and add a readiness probe to our Kubernetes deployment', k => 6, method => 'semantic'";
+        let rank_of = |rows: &[(i64, f64)]| rows.iter().position(|r| r.0 == probes);
+        exec("SET pg_skills.cover_request_parts = off");
+        let whole = search(request);
+        exec("RESET pg_skills.cover_request_parts");
+        let covered = search(request);
+        let (before, after) = (rank_of(&whole), rank_of(&covered));
+        assert!(
+            after.is_some() && (before.is_none() || after < before),
+            "the second request's skill: rank {before:?} → {after:?}"
+        );
+        assert!(fixtures.contains(&covered[0].0), "{covered:?}");
+        let coverage: f64 = one(&format!(
+            "SELECT coalesce(coverage, 0)::float8 FROM skills.search({request}) WHERE id = {probes}"
+        ));
+        assert!(coverage > 0.0, "the sentence was ranked as one part");
+    }
+
     const TWO_NEEDS: &str = "'Write pytest fixtures so that every test shares one database \
         setup, created once per session and rolled back after each test. \
         Then add a readiness probe to our Kubernetes deployment.'";

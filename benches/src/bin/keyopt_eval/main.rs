@@ -693,7 +693,9 @@ fn round_of(
 }
 
 /// MetaTool requests that need two tools: each joins a query with another query of a different
-/// tool from the same side of the split ("<q1> Also, <q2>").
+/// tool from the same side of the split ("<q1> Also, <q2>"). The test requests are also read
+/// joined into one sentence ("<q1> and <q2>", same pairs, same rounds): a phrasing the rounds
+/// were not fitted on, and one that only a split inside a sentence separates.
 fn metatool_pairs(
     encoder: &Encoder,
     data: &Dataset,
@@ -704,43 +706,49 @@ fn metatool_pairs(
 ) -> String {
     const SUPPORT_REQUESTS: usize = 6000;
     const TEST_REQUESTS: usize = 1500;
-    let requests = |side: &[usize], limit: usize, salt: u64| -> Vec<multi::MultiTask> {
-        let mut rng = SplitMix64(seed ^ salt);
-        let mut chosen: Vec<(String, Vec<usize>)> = Vec::new();
-        let mut attempts = 0usize;
-        while chosen.len() < limit.min(side.len()) && attempts < 50 * limit {
-            attempts += 1;
-            let a = side[(rng.next_u64() % side.len() as u64) as usize];
-            let b = side[(rng.next_u64() % side.len() as u64) as usize];
-            let (na, nb) = (needed_docs(data, a), needed_docs(data, b));
-            if na.is_empty() || nb.is_empty() || na.iter().any(|d| nb.contains(d)) {
-                continue;
+    let requests =
+        |side: &[usize], limit: usize, salt: u64, one_sentence: bool| -> Vec<multi::MultiTask> {
+            let mut rng = SplitMix64(seed ^ salt);
+            let mut chosen: Vec<(String, Vec<usize>)> = Vec::new();
+            let mut attempts = 0usize;
+            while chosen.len() < limit.min(side.len()) && attempts < 50 * limit {
+                attempts += 1;
+                let a = side[(rng.next_u64() % side.len() as u64) as usize];
+                let b = side[(rng.next_u64() % side.len() as u64) as usize];
+                let (na, nb) = (needed_docs(data, a), needed_docs(data, b));
+                if na.is_empty() || nb.is_empty() || na.iter().any(|d| nb.contains(d)) {
+                    continue;
+                }
+                let text = if one_sentence {
+                    and_joined(&data.queries[a].1, &data.queries[b].1)
+                } else {
+                    format!(
+                        "{} Also, {}",
+                        data.queries[a].1.trim_end(),
+                        data.queries[b].1
+                    )
+                };
+                let mut needed = na;
+                needed.extend(nb);
+                chosen.push((text, needed));
             }
-            let text = format!(
-                "{} Also, {}",
-                data.queries[a].1.trim_end(),
-                data.queries[b].1
-            );
-            let mut needed = na;
-            needed.extend(nb);
-            chosen.push((text, needed));
-        }
-        let texts: Vec<String> = chosen.iter().map(|c| c.0.clone()).collect();
-        let parts = part_keys(encoder, &texts);
-        cached_embeddings(encoder, &texts)
-            .iter()
-            .zip(chosen)
-            .zip(parts)
-            .map(|((e, (text, needed)), parts)| multi::MultiTask {
-                key: compressor::query_key(e),
-                parts,
-                needed,
-                id: hash(seed, &text),
-            })
-            .collect()
-    };
-    let support_tasks = requests(support, SUPPORT_REQUESTS, 0x5);
-    let test_tasks = requests(test, TEST_REQUESTS, 0x7);
+            let texts: Vec<String> = chosen.iter().map(|c| c.0.clone()).collect();
+            let parts = part_keys(encoder, &texts);
+            cached_embeddings(encoder, &texts)
+                .iter()
+                .zip(chosen)
+                .zip(parts)
+                .map(|((e, (text, needed)), parts)| multi::MultiTask {
+                    key: compressor::query_key(e),
+                    parts,
+                    needed,
+                    id: hash(seed, &text),
+                })
+                .collect()
+        };
+    let support_tasks = requests(support, SUPPORT_REQUESTS, 0x5, false);
+    let test_tasks = requests(test, TEST_REQUESTS, 0x7, false);
+    let joined_tasks = requests(test, TEST_REQUESTS, 0x7, true);
     let support_refs: Vec<&multi::MultiTask> = support_tasks.iter().collect();
     let test_refs: Vec<&multi::MultiTask> = test_tasks.iter().collect();
     let (set_round, set_memory, set_line) = round_of(
@@ -764,7 +772,28 @@ fn metatool_pairs(
     out += &multi::table(&test_refs, doc_keys, |_| {
         [(&set_round, &set_memory), (&arm_round, &arm_memory)]
     });
+    let joined_refs: Vec<&multi::MultiTask> = joined_tasks.iter().collect();
+    out += "\nThe same test pairs as one sentence, \"<q1> and <q2>\" (same rounds):\n\n";
+    out += &multi::table(&joined_refs, doc_keys, |_| {
+        [(&set_round, &set_memory), (&arm_round, &arm_memory)]
+    });
     out
+}
+
+/// "<q1> and <q2>" as one sentence: q1 without its closing punctuation, q2 with a lower-case
+/// first letter (unless it starts an acronym or "I").
+fn and_joined(first: &str, second: &str) -> String {
+    let first = first.trim_end().trim_end_matches(['.', '?', '!']);
+    let second = second.trim();
+    let mut chars = second.chars();
+    let lowered = match (chars.next(), chars.next()) {
+        (Some(c), Some(n)) if c.is_uppercase() && !n.is_uppercase() && !n.is_whitespace() => c
+            .to_lowercase()
+            .chain(second[c.len_utf8()..].chars())
+            .collect(),
+        _ => second.to_string(),
+    };
+    format!("{first} and {lowered}")
 }
 
 /// The SkillsBench tasks that need 2–6 skills, each fold ranked by rounds fitted on the other
