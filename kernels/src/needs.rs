@@ -18,6 +18,11 @@ pub const MAX_PARTS: usize = 6;
 /// A part with fewer words than this joins its neighbour ("Thanks.", "Data:", "1.").
 pub const MIN_PART_WORDS: usize = 4;
 
+/// A clause of a one-sentence request with fewer words than this joins its neighbour: a short
+/// clause after "and" mostly qualifies the same need ("a test fails one run in ten on CI and
+/// always passes locally"), a second request names its own object and context.
+pub const MIN_CLAUSE_WORDS: usize = 6;
+
 /// The weight of coverage against the whole request's score, in units of that score.
 pub const COVERAGE_WEIGHT: f32 = 0.3;
 
@@ -48,13 +53,13 @@ pub fn parts(text: &str) -> Vec<String> {
             }
         }
     }
-    let mut joined = joined_short(pieces);
+    let mut joined = joined_short(pieces, MIN_PART_WORDS);
     // Only a request of one sentence is cut into clauses: in a request of several, the
     // sentences are the needs, and the clauses of each are mostly steps of one need (measured:
     // cutting every sentence lost NDCG on SkillsBench's multi-sentence tasks).
     if let [(sentence, _)] = joined.as_slice() {
         let cut: Vec<String> = clauses(sentence).into_iter().map(str::to_string).collect();
-        joined = joined_short(cut);
+        joined = joined_short(cut, MIN_CLAUSE_WORDS);
     }
     // Too many parts: join the adjacent pair with the fewest words until few enough.
     while joined.len() > MAX_PARTS {
@@ -70,13 +75,13 @@ pub fn parts(text: &str) -> Vec<String> {
 }
 
 /// Pieces with their word counts (counted once: a long request has thousands of pieces), a
-/// piece shorter than [`MIN_PART_WORDS`] joined to the previous one (and the next one to it).
-fn joined_short(pieces: Vec<String>) -> Vec<(String, usize)> {
+/// piece shorter than `least` words joined to the previous one (and the next one to it).
+fn joined_short(pieces: Vec<String>, least: usize) -> Vec<(String, usize)> {
     let mut joined: Vec<(String, usize)> = Vec::new();
     for piece in pieces {
         let n = words(&piece);
         match joined.last_mut() {
-            Some((last, m)) if n < MIN_PART_WORDS || *m < MIN_PART_WORDS => {
+            Some((last, m)) if n < least || *m < least => {
                 last.push(' ');
                 last.push_str(&piece);
                 *m += n;
@@ -90,7 +95,7 @@ fn joined_short(pieces: Vec<String>) -> Vec<(String, usize)> {
 /// Words that can join two requests inside one sentence ("book a flight to Oslo and find a
 /// hotel near the airport"); the sentence is cut before them, so the word stays with the second
 /// clause and joining clauses back restores the sentence. A clause too short to be a request of
-/// its own ("find flights and hotels") joins its neighbour again in [`parts`].
+/// its own ("find flights and hotels", [`MIN_CLAUSE_WORDS`]) joins its neighbour again.
 const JOINING_WORDS: [&str; 4] = [" and ", " then ", " also ", " as well as "];
 
 /// The clauses of a sentence: cut after each ';' and before each of [`JOINING_WORDS`], trimmed,
@@ -245,13 +250,17 @@ mod tests {
             ]
         );
         assert_eq!(
-            parts("Lint the code; then run the tests with coverage and upload the report."),
+            parts("Lint the code; then run the tests with coverage and upload the report to the CI server."),
             vec![
                 "Lint the code; then run the tests with coverage",
-                "and upload the report."
+                "and upload the report to the CI server."
             ]
         );
-        // Clauses too short to be requests stay one part.
+        // Clauses too short to be requests of their own stay one part.
+        assert_eq!(
+            parts("A test fails about one run in ten on CI and always passes locally"),
+            vec!["A test fails about one run in ten on CI and always passes locally"]
+        );
         assert_eq!(
             parts("Find flights and hotels in Paris for next week"),
             vec!["Find flights and hotels in Paris for next week"]

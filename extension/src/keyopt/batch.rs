@@ -2,7 +2,8 @@
 //! call, for data teams and evaluations.
 //!
 //! Each query's rows are the ranking `skills.search(query, k => k, categories => categories,
-//! method => 'keyopt')` serves: the same code reads each query ([`super::rank::ranked`]),
+//! method => 'keyopt')` serves: the same code reads each query
+//! ([`crate::search::rank::keyopt_served`], which covers the parts of a request of several),
 //! and each query key is computed as a search computes it (one text at a time, through the
 //! backend's query-key cache), so the CPU path's rankings are identical to the searches'.
 //!
@@ -12,16 +13,18 @@
 //! `pg_skills.device = 'cuda'` and a GPU, one device scan per batch of queries over every keyed
 //! skill (`pg_skills_kernels::keyopt::cuda`), the keys uploaded once and kept while they do not
 //! change; candidates whose r differs from the CPU's only in its last bits can then trade places.
+//! A request of several parts is read on the CPU (its rows say `cpu`).
 //! Without a usable GPU the function says why in a NOTICE and scores on the CPU. The `device`
 //! column names where the first stage ran.
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use super::rank::{first_stage_depth, ranked};
+use super::rank::first_stage_depth;
 use crate::embedding::query_key_values;
 use crate::errors::raise;
 use crate::guc::{Device, DEVICE};
+use crate::search::rank::keyopt_served;
 
 /// Queries one call may rank.
 const MAX_QUERIES: usize = 100_000;
@@ -50,6 +53,7 @@ fn keyopt_rank_batch(
         name!(dk_term, f64),
         name!(event_term, f64),
         name!(held_back, f64),
+        name!(coverage, Option<f64>),
         name!(recalled, bool),
         name!(device, String),
     ),
@@ -110,29 +114,24 @@ fn keyopt_rank_batch(
         let computed = first_stage
             .as_mut()
             .map(|lists| lists.next().expect("one list per query"));
-        let ranking = ranked(
-            query,
-            key,
-            categories.clone(),
-            Some(k),
-            Some(k),
-            None,
-            computed,
-        );
-        for (rank, (id, parts, recalled)) in ranking.into_iter().take(k).enumerate() {
+        let (ranking, on_device) =
+            keyopt_served(query, key, categories.clone(), Some(k), Some(k), computed);
+        let ran_on = if on_device { device.as_str() } else { "cpu" };
+        for (rank, row) in ranking.into_iter().take(k).enumerate() {
             rows.push((
                 i as i32 + 1,
                 query.clone(),
                 rank as i32 + 1,
-                id,
-                parts.total() as f64,
-                parts.relevance as f64,
-                parts.beta as f64,
-                parts.dk_term as f64,
-                parts.event_term as f64,
-                parts.held_back as f64,
-                recalled,
-                device.clone(),
+                row.id,
+                row.score,
+                row.semantic.unwrap_or_default(),
+                row.beta.unwrap_or_default(),
+                row.dk_term.unwrap_or_default(),
+                row.event_term.unwrap_or_default(),
+                row.held_back.unwrap_or_default(),
+                row.coverage,
+                row.recalled,
+                ran_on.to_string(),
             ));
         }
     }

@@ -35,6 +35,8 @@ pub struct Ranked {
     pub held_back: Option<f64>,
     /// What covering the other parts of a request of several parts added to the score.
     pub coverage: Option<f64>,
+    /// KeyOpt: the skill came in through event recall, not the semantic candidates.
+    pub recalled: bool,
 }
 
 /// Rows of a query returning (id bigint, score double precision).
@@ -328,51 +330,81 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
         }
         Method::KeyOpt => {
             let key = req.key();
-            let categories = req.category_filter();
-            let wanted = req.results_wanted;
-            let query = req.query.clone();
-            let as_rows = |list: Vec<(i64, pg_skills_kernels::keyopt::Parts, bool)>| {
-                list.into_iter()
-                    .map(|(id, p, _)| Ranked {
-                        id,
-                        score: p.total() as f64,
-                        semantic: Some(p.relevance as f64),
-                        beta: Some(p.beta as f64),
-                        dk_term: Some(p.dk_term as f64),
-                        event_term: Some(p.event_term as f64),
-                        held_back: Some(p.held_back as f64),
-                        ..Ranked::default()
-                    })
-                    .collect::<Vec<Ranked>>()
-            };
-            let parts = parts::part_keys(&req.query);
-            let unit = if parts.is_empty() {
-                1.0
-            } else {
-                crate::keyopt::rank::score_unit()
-            };
-            // The KeyOpt reading of a text: its ranking (`depth`), or exactly the skills `only`.
-            let read = |text: &str, k: &[f32], depth: Option<usize>, only: Option<&[i64]>| {
-                as_rows(crate::keyopt::rank::ranked(
-                    text,
-                    k.to_vec(),
-                    categories.clone(),
-                    wanted,
-                    depth,
-                    only.map(<[i64]>::to_vec),
-                    None,
-                ))
-            };
-            parts::covered(
-                &query,
-                &key,
-                &parts,
-                wanted,
+            keyopt_served(
+                &req.query,
+                key,
+                req.category_filter(),
+                req.results_wanted,
                 depth,
-                unit,
-                |text, k, d| read(text, k, d, None),
-                |text, k, ids| read(text, k, None, Some(ids)),
+                None,
             )
+            .0
         }
     }
+}
+
+/// The KeyOpt ranking a search serves: the request's reading by the active round
+/// (`keyopt::rank::ranked`), covering its parts when it has several ([`parts`]). `first_stage`:
+/// the whole request's semantic candidates when a batch already computed them on a GPU; it is
+/// used only for a request of one part (a request of several is read on the CPU), and `true`
+/// comes back when it was.
+pub fn keyopt_served(
+    query: &str,
+    key: Vec<f32>,
+    categories: Option<Vec<String>>,
+    wanted: Option<usize>,
+    depth: Option<usize>,
+    first_stage: Option<Vec<(i64, String, f32)>>,
+) -> (Vec<Ranked>, bool) {
+    let as_rows = |list: Vec<(i64, pg_skills_kernels::keyopt::Parts, bool)>| {
+        list.into_iter()
+            .map(|(id, p, recalled)| Ranked {
+                id,
+                score: p.total() as f64,
+                semantic: Some(p.relevance as f64),
+                beta: Some(p.beta as f64),
+                dk_term: Some(p.dk_term as f64),
+                event_term: Some(p.event_term as f64),
+                held_back: Some(p.held_back as f64),
+                recalled,
+                ..Ranked::default()
+            })
+            .collect::<Vec<Ranked>>()
+    };
+    // The KeyOpt reading of a text: its ranking (`depth`), or exactly the skills `only`.
+    let read = |text: &str,
+                k: &[f32],
+                depth: Option<usize>,
+                only: Option<&[i64]>,
+                computed: Option<Vec<(i64, String, f32)>>| {
+        as_rows(crate::keyopt::rank::ranked(
+            text,
+            k.to_vec(),
+            categories.clone(),
+            wanted,
+            depth,
+            only.map(<[i64]>::to_vec),
+            computed,
+        ))
+    };
+    let parts = parts::part_keys(query);
+    let unit = if parts.is_empty() {
+        1.0
+    } else {
+        crate::keyopt::rank::score_unit()
+    };
+    // With one part, the whole request's reading is the only one: it takes the first stage.
+    let used = parts.is_empty() && first_stage.is_some();
+    let first_stage = std::cell::RefCell::new(first_stage.filter(|_| parts.is_empty()));
+    let ranking = parts::covered(
+        query,
+        &key,
+        &parts,
+        wanted,
+        depth,
+        unit,
+        |text, k, d| read(text, k, d, None, first_stage.borrow_mut().take()),
+        |text, k, ids| read(text, k, None, Some(ids), None),
+    );
+    (ranking, used)
 }
