@@ -1,8 +1,8 @@
 //! Index scans for `ORDER BY key <op> query`: the `pg_skills.key_probes` nearest lists first
-//! (or the breadth a `skills.keyquery` carries), every entry's exact distance, nearest first. When the executor wants more rows than those
-//! lists hold (a WHERE clause filtered them out), the scan probes the next lists — the iterative
-//! scan — up to `pg_skills.key_max_probes` lists (0: all of them, so a filtered query finds k
-//! rows whenever k rows match). Rows of a later batch can be nearer than rows already returned
+//! (or the breadth a `skills.keyquery` carries), every entry's exact distance, nearest first.
+//! When the executor wants more rows than those lists hold (a WHERE clause filtered them out),
+//! the scan probes the next lists — the iterative scan — up to `pg_skills.key_max_probes` lists
+//! (0: all of them, so a filtered query finds k rows whenever k rows match). Rows of a later batch can be nearer than rows already returned
 //! (pgvector's "relaxed order"); within the first batch the order is exact.
 
 use std::cmp::Ordering;
