@@ -63,6 +63,17 @@ pub fn extension_installed() -> bool {
     dir.join("extension/pg_skills.control").exists()
 }
 
+/// `port`, or when something holds it the first free one 100, 200, ... above it: the test ports
+/// lie in Linux's ephemeral range, which it also hands to other processes' connections. The
+/// probe binds as the server will (std sets SO_REUSEADDR, as PostgreSQL does), so a port in
+/// TIME_WAIT counts as free and one held by a live socket does not.
+fn free_port(port: u16) -> u16 {
+    (0..10u16)
+        .map(|i| port.saturating_add(100 * i))
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .unwrap_or(port)
+}
+
 pub struct Cluster {
     pub dir: PathBuf,
     pub port: u16,
@@ -101,7 +112,7 @@ impl Cluster {
     pub fn start_with(name: &str, port: u16, extra_conf: &str) -> Cluster {
         let cluster = Cluster {
             dir: Self::new_dir(name),
-            port,
+            port: free_port(port),
         };
         check(
             "initdb",
@@ -122,7 +133,7 @@ impl Cluster {
     pub fn standby_of(primary: &Cluster, name: &str, port: u16) -> Cluster {
         let cluster = Cluster {
             dir: Self::new_dir(name),
-            port,
+            port: free_port(port),
         };
         check(
             "pg_basebackup",
