@@ -30,6 +30,9 @@ struct Args {
     /// Only the single-query rate (one query per call, as a search encodes it).
     #[arg(long)]
     single_only: bool,
+    /// Cut each single query to its first N words (a short search request).
+    #[arg(long)]
+    single_words: Option<usize>,
 }
 
 fn write_texts(shared: &std::path::Path, out: &std::path::Path) {
@@ -103,15 +106,34 @@ fn main() {
         (rate(&documents), rate(&queries))
     };
     // One query per call, as a search encodes it: latency rather than batch throughput.
-    let single = &queries[..SINGLE_QUERIES.min(queries.len())];
+    let single: Vec<String> = queries[..SINGLE_QUERIES.min(queries.len())]
+        .iter()
+        .map(|q| match args.single_words {
+            Some(n) => q.split_whitespace().take(n).collect::<Vec<_>>().join(" "),
+            None => q.clone(),
+        })
+        .collect();
     let t = Instant::now();
-    for q in single {
-        encoder.embed(&[q.as_str()]).unwrap();
-    }
+    let mut latencies_ms: Vec<f64> = single
+        .iter()
+        .map(|q| {
+            let t = Instant::now();
+            encoder.embed(&[q.as_str()]).unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
     let single_qs = single.len() as f64 / t.elapsed().as_secs_f64();
+    latencies_ms.sort_by(f64::total_cmp);
+    let at = |p: f64| latencies_ms[((latencies_ms.len() - 1) as f64 * p).round() as usize];
+    let tokens: Vec<usize> = single
+        .iter()
+        .map(|q| encoder.token_ids(q).unwrap().len())
+        .collect();
     println!(
         "{}",
-        serde_json::json!({"engine": "pg_skills (own BERT forward, gemm)", "documents_per_s": docs,
-                           "queries_per_s": qs, "single_queries_per_s": single_qs})
+        serde_json::json!({"engine": "pg_skills (own BERT forward)", "documents_per_s": docs,
+                           "queries_per_s": qs, "single_queries_per_s": single_qs,
+                           "single_p50_ms": at(0.5), "single_p95_ms": at(0.95),
+                           "single_mean_tokens": tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64})
     );
 }

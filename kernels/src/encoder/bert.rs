@@ -3,7 +3,8 @@
 //! A batch is not padded: the tokens of all its texts are laid end to end (N rows), the dense
 //! layers run once over all N rows, and attention runs per text and head over that text's own
 //! tokens. No compute goes to padding and no attention mask is needed. Matrix products are
-//! the `gemm` crate's (the kernels candle itself calls); the rest is fused passes from
+//! the `gemm` crate's (the kernels candle itself calls), or for a query's few rows
+//! [`super::few_rows`]'s; the rest is fused passes from
 //! [`super::fastmath`] over buffers allocated once per batch, where candle allocates a tensor
 //! per operation and pads every text to the batch's longest.
 //!
@@ -345,10 +346,11 @@ impl Bert {
     }
 }
 
-/// The context buffer shared by the attention tasks, which write disjoint blocks of it.
+/// An output buffer shared by parallel tasks that write disjoint elements of it: the context of
+/// the attention tasks, the columns of [`super::few_rows`]'s tasks.
 #[derive(Clone, Copy)]
-struct SharedRows(*mut f32);
-// SAFETY: only used in `Bert::attention`, whose tasks write disjoint elements (see there).
+pub(super) struct SharedRows(pub(super) *mut f32);
+// SAFETY: only used where the tasks write disjoint elements (see each use).
 unsafe impl Send for SharedRows {}
 unsafe impl Sync for SharedRows {}
 
@@ -357,13 +359,14 @@ impl SharedRows {
     ///
     /// # Safety
     /// `offset` must be inside the buffer.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
+    pub(super) unsafe fn at(self, offset: usize) -> *mut f32 {
         self.0.add(offset)
     }
 }
 
 impl Dense {
-    /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads.
+    /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads. A few
+    /// rows (one query) go through [`super::few_rows`], which reads W as stored.
     fn apply(&self, input: &[f32], rows: usize, out: &mut [f32], residual: Option<&[f32]>) {
         assert_eq!(input.len(), rows * self.inputs);
         assert_eq!(out.len(), rows * self.outputs);
@@ -377,6 +380,9 @@ impl Dense {
                     *o += r;
                 }
             }
+        }
+        if super::few_rows::product(input, rows, &self.weight, self.inputs, self.outputs, out) {
+            return;
         }
         // SAFETY: out is rows × outputs, input rows × inputs, weight outputs × inputs (read as
         // its transpose: column stride `inputs`), all row-major; the lengths are asserted above.

@@ -5,11 +5,13 @@
 //! hidden states over real tokens, L2-normalised, as sentence-transformers computes it.
 //!
 //! The forward pass is this crate's own ([`bert`]): texts packed without padding, fused
-//! vectorised element-wise passes, the `gemm` crate for products. candle's `BertModel` is its
+//! vectorised element-wise passes, the `gemm` crate for products
+//! of batches and [`few_rows`] for a single query's. candle's `BertModel` is its
 //! reference in the tests. f32 only: the stock BERT in f16 overflows its attention mask to NaN.
 
 mod bert;
 pub mod fastmath;
+mod few_rows;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -286,7 +288,9 @@ impl Encoder {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
             let vectors = match threads {
                 Some(pool) => pool.install(|| self.forward(&batch)),
-                None => self.forward(&batch),
+                // Inside the pool: the pass's parallel loops then start without a hand-off
+                // from this thread to the pool's each time (about 30 per pass).
+                None => rayon::scope(|_| self.forward(&batch)),
             }
             .map_err(EncoderError::Run)?;
             for (&i, v) in chunk.iter().zip(vectors) {
@@ -471,8 +475,19 @@ mod tests {
             .collect();
         let batch: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
         let want = candle_reference(&dir, &batch);
-        let got = encoder.embed(&texts).unwrap();
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        // Together (one batch of 270 rows: gemm's products) and each alone (a query's few rows:
+        // the unpacked products of few_rows).
+        let together = encoder.embed(&texts).unwrap();
+        let alone: Vec<Vec<f32>> = texts
+            .iter()
+            .map(|t| encoder.embed(&[t]).unwrap().remove(0))
+            .collect();
+        for (i, (g, w)) in together
+            .iter()
+            .chain(&alone)
+            .zip(want.iter().cycle())
+            .enumerate()
+        {
             let diff = g
                 .iter()
                 .zip(w)
