@@ -17,6 +17,11 @@ ROOT=$(cd "$HERE/../.." && pwd)
 cd "$ROOT"
 PROJECT=pg_skills_compose_test
 PORT=${PG_SKILLS_COMPOSE_PORT:-54371}
+# The published port must be free: a listener there (another test's server) moves it 100 up.
+for _ in 1 2 3 4 5; do
+  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null || break
+  PORT=$((PORT + 100))
+done
 PASSWORD=compose-test-$RANDOM$RANDOM
 export PG_SKILLS_BASE_IMAGE=${PG_SKILLS_BASE_IMAGE:-local/debian:bookworm}
 export PG_SKILLS_IMAGE=pg_skills:compose-test
