@@ -27,36 +27,6 @@ fn distance(a: pg_sys::Datum, b: pg_sys::Datum, metric: Metric) -> f64 {
     metric.distance(a, b)
 }
 
-v1_function!(
-    pg_finfo_pgs_key_negative_inner_product,
-    pgs_key_negative_inner_product,
-    |fcinfo| {
-        distance(arg(fcinfo, 0), arg(fcinfo, 1), Metric::InnerProduct)
-            .into_datum()
-            .expect("a float8")
-    }
-);
-
-v1_function!(
-    pg_finfo_pgs_key_cosine_distance,
-    pgs_key_cosine_distance,
-    |fcinfo| {
-        distance(arg(fcinfo, 0), arg(fcinfo, 1), Metric::Cosine)
-            .into_datum()
-            .expect("a float8")
-    }
-);
-
-v1_function!(
-    pg_finfo_pgs_key_l2_distance,
-    pgs_key_l2_distance,
-    |fcinfo| {
-        distance(arg(fcinfo, 0), arg(fcinfo, 1), Metric::L2)
-            .into_datum()
-            .expect("a float8")
-    }
-);
-
 /// `key <op> keyquery`: the distance to the query's key; NULL when that key is NULL.
 ///
 /// SAFETY: `fcinfo` is a call of a STRICT (skills.key, skills.keyquery) function and `query` its
@@ -77,29 +47,42 @@ unsafe fn query_distance(
     }
 }
 
-v1_function!(
+/// The two C functions of one metric: `key <op> key` and `key <op> keyquery`.
+macro_rules! metric_functions {
+    ($metric:expr, $key_finfo:ident, $key:ident, $query_finfo:ident, $query:ident) => {
+        v1_function!($key_finfo, $key, |fcinfo| {
+            distance(arg(fcinfo, 0), arg(fcinfo, 1), $metric)
+                .into_datum()
+                .expect("a float8")
+        });
+
+        v1_function!($query_finfo, $query, |fcinfo| {
+            let query = KeyQuery::from_datum(arg(fcinfo, 1));
+            query_distance(fcinfo, query, $metric)
+        });
+    };
+}
+
+metric_functions!(
+    Metric::InnerProduct,
+    pg_finfo_pgs_key_negative_inner_product,
+    pgs_key_negative_inner_product,
     pg_finfo_pgs_key_query_negative_inner_product,
-    pgs_key_query_negative_inner_product,
-    |fcinfo| {
-        let query = KeyQuery::from_datum(arg(fcinfo, 1));
-        query_distance(fcinfo, query, Metric::InnerProduct)
-    }
+    pgs_key_query_negative_inner_product
 );
 
-v1_function!(
+metric_functions!(
+    Metric::Cosine,
+    pg_finfo_pgs_key_cosine_distance,
+    pgs_key_cosine_distance,
     pg_finfo_pgs_key_query_cosine_distance,
-    pgs_key_query_cosine_distance,
-    |fcinfo| {
-        let query = KeyQuery::from_datum(arg(fcinfo, 1));
-        query_distance(fcinfo, query, Metric::Cosine)
-    }
+    pgs_key_query_cosine_distance
 );
 
-v1_function!(
+metric_functions!(
+    Metric::L2,
+    pg_finfo_pgs_key_l2_distance,
+    pgs_key_l2_distance,
     pg_finfo_pgs_key_query_l2_distance,
-    pgs_key_query_l2_distance,
-    |fcinfo| {
-        let query = KeyQuery::from_datum(arg(fcinfo, 1));
-        query_distance(fcinfo, query, Metric::L2)
-    }
+    pgs_key_query_l2_distance
 );
