@@ -21,6 +21,7 @@ N=${N:-100000}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 CLIENTS=${CLIENTS:-"1 2"}
 METHODS=${METHODS-"bm25 semantic hybrid keyopt graph skilltrace"}
+# The peers (built-in FTS, the bm25 operator); PEERS= leaves them out.
 QUERIES_FILE=${QUERIES_FILE:-$root/../shared/bench-data/metatool/queries.jsonl}
 SHARED_CORPUS=${PG_SKILLS_SHARED_CORPUS:-$root/../shared/corpus}
 LOAD=${SKILLS_LOAD:-${CARGO_TARGET_DIR:-/var/cache/pg_skills/target}/release/skills-load}
@@ -101,7 +102,7 @@ nested() { # sql with :qt
 echo
 echo "| method | clients | p50 / p95 ms, key cached | QPS | p50 / p95 ms, encoding every call | QPS | statements per call |"
 echo "|---|---|---|---|---|---|---|"
-for m in $METHODS fts operator; do
+for m in $METHODS ${PEERS-fts operator}; do
   case $m in
     fts) body=$fts_sql; label="built-in FTS (GIN, ts_rank_cd)" ;;
     operator) body=$operator_sql; label="bm25 operator (ORDER BY <&> LIMIT 10)" ;;
