@@ -78,6 +78,7 @@ pub static WORKER_ROLE: GucSetting<Option<CString>> =
 pub static MAX_QUERY_SIZE_B: GucSetting<i32> = GucSetting::<i32>::new(32 * 1024);
 /// Threads a backend's encoder runs on (queries, skills.embed_pending).
 pub static ENCODER_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
+pub static ENCODER_THREADS_TOTAL: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Longest wait of an idle embedder worker, in ms.
 pub static EMBEDDER_NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
@@ -145,11 +146,21 @@ pub fn init() {
     GucRegistry::define_int_guc(
         c"pg_skills.encoder_threads",
         c"Threads each backend's encoder runs on (query keys, skills.embed_pending).",
-        c"Per connection that encodes: N connections may run N times this many encoder threads. The embedder worker uses pg_skills.embedder_threads.",
+        c"At most this many per connection; pg_skills.encoder_threads_total bounds them all together. The embedder worker uses pg_skills.embedder_threads.",
         &ENCODER_THREADS,
         1,
         64,
         GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.encoder_threads_total",
+        c"Encoder threads all backends together run at once (0: one per core of the server).",
+        c"A backend encodes on as many free slots as pg_skills.encoder_threads allows (advisory locks of class 1885827947 in pg_locks while it encodes) and waits for one when none is free. The embedder worker is not counted.",
+        &ENCODER_THREADS_TOTAL,
+        0,
+        4096,
+        GucContext::Sighup,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(

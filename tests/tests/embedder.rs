@@ -1,11 +1,12 @@
 //! The embedder background worker against a real server: it keys every skill, re-keys changed
 //! ones, reports a missing model and recovers, and across a kill -9 of the postmaster neither
-//! loses nor repeats work (each key write and its queue deletion commit together).
+//! loses nor repeats work (each key write and its queue deletion commit together). Backends'
+//! encoders share `pg_skills.encoder_threads_total` slots.
 
 use std::time::{Duration, Instant};
 
 use pg_skills_server_tests::{
-    insert_random, seed, setup_extension, skip_without_model, Client, Cluster, Rng,
+    insert_random, seed, setup_extension, skip_without_model, Client, Cluster, NoTls, Rng,
 };
 
 const WORKER_CONF: &str = "shared_preload_libraries = 'pg_skills'\n\
@@ -47,6 +48,122 @@ fn skills(client: &mut Client) -> i64 {
         .get(0)
 }
 
+/// Threads named as the encoder's pools name them, in process `pid`.
+fn encoder_threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|comm| comm.starts_with("pg_skills enco"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// pg_locks rows of the encoder slots (advisory locks of class "pgsk"): (pid, granted).
+fn slot_locks(client: &mut Client) -> Vec<(i32, bool)> {
+    client
+        .query(
+            "SELECT pid, granted FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885827947",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[test]
+fn encoder_slots_bound_the_servers_encoder_threads() {
+    if skip_without_model() {
+        return;
+    }
+    let cluster = Cluster::start_with(
+        "encoder-slots",
+        54374,
+        "pg_skills.encoder_threads_total = 1\n",
+    );
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    let mut rng = Rng(seed("encoder_slots"));
+    insert_random(&mut admin, &mut rng, 160, "s");
+    let connect = || Client::connect(&cluster.dsn("postgres"), NoTls).unwrap();
+    let backend =
+        |c: &mut Client| -> i32 { c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0) };
+    // A drains the queue (several batches, each encoded on its own claim) in one transaction,
+    // set to encode on two threads; the server has one slot.
+    let (mut a, mut b) = (connect(), connect());
+    let (a_pid, b_pid) = (backend(&mut a), backend(&mut b));
+    let drain = std::thread::spawn(move || {
+        let mut tx = a.transaction().unwrap();
+        tx.batch_execute("SET LOCAL pg_skills.encoder_threads = 2")
+            .unwrap();
+        let keyed: i64 = tx
+            .query_one("SELECT skills.embed_pending()", &[])
+            .unwrap()
+            .get(0);
+        let held_after: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885827947 \
+                 AND pid = pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        let threads = encoder_threads(a_pid);
+        tx.commit().unwrap();
+        (keyed, held_after, threads)
+    });
+    // B encodes query after query meanwhile: it waits whenever A holds the slot.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let queries = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                b.query_one("SELECT skills.embed($1)", &[&format!("query number {n}")])
+                    .unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let (mut most_granted, mut saw_b_wait, mut a_held) = (0, false, false);
+    while !drain.is_finished() {
+        let locks = slot_locks(&mut admin);
+        most_granted = most_granted.max(locks.iter().filter(|l| l.1).count());
+        saw_b_wait |= locks.contains(&(b_pid, false));
+        a_held |= locks.contains(&(a_pid, true));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (keyed, held_after, threads) = drain.join().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let encoded = queries.join().unwrap();
+    assert_eq!(keyed, 160);
+    assert!(
+        a_held,
+        "the draining backend held the slot while it encoded"
+    );
+    assert_eq!(
+        most_granted, 1,
+        "never more slots granted than the server has"
+    );
+    assert!(
+        saw_b_wait,
+        "the other backend waited for the slot ({encoded} queries encoded)"
+    );
+    assert_eq!(
+        held_after, 0,
+        "slots are released after each encoding, not at commit"
+    );
+    assert_eq!(
+        threads, 1,
+        "one slot: one encoder thread, though encoder_threads is 2"
+    );
+    assert!(encoded > 0);
+    assert!(slot_locks(&mut admin).is_empty());
+}
+
 #[test]
 fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
     if skip_without_model() {
@@ -68,16 +185,6 @@ fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
         .get(0);
     assert!(pid.is_some(), "the worker shows in pg_stat_activity");
     // The worker's encoder threads: one per core, then as many as pg_skills.embedder_threads.
-    let encoder_threads = |pid: i32| {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|tasks| {
-                tasks
-                    .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                    .filter(|comm| comm.starts_with("pg_skills enco"))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
     let pid = pid.unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(encoder_threads(pid), cores);

@@ -537,6 +537,7 @@ fn bounds_cannot_be_raised_by_set() {
         for setting in [
             "pg_skills.worker_role",
             "pg_skills.embedder_threads",
+            "pg_skills.encoder_threads_total",
             "pg_skills.fit_interval",
         ] {
             who.assert_refused(&format!("SET {setting} = '1'"), "55P02");

@@ -21,6 +21,7 @@ use crate::errors::raise;
 use crate::guc;
 
 pub mod queue;
+pub mod slots;
 pub mod training;
 pub mod worker;
 
@@ -47,7 +48,7 @@ pub fn try_encoder() -> Result<Arc<Encoder>, EncoderError> {
     // Only the embedder worker, which encodes document batches all day, keeps freed memory
     // for reuse: in a backend it would keep the peak of every later allocation (a big sort's
     // too) for the connection's life, and queries allocate little.
-    if IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed) {
+    if is_embedder_worker() {
         pg_skills_kernels::encoder::keep_freed_memory();
     }
     let encoder = Arc::new(Encoder::load(&dir)?);
@@ -76,50 +77,66 @@ pub fn raise_encoder_error(e: EncoderError) -> ! {
     raise(code, e.to_string(), hint)
 }
 
-/// The threads this process's encoder runs on: (threads, pool), sized by
-/// `pg_skills.embedder_threads` in the embedder worker and `pg_skills.encoder_threads` in every
-/// other backend, so that many connections do not each start a thread per core.
-static ENCODER_THREADS: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+/// The thread pools this process's encoder runs on, by size: `pg_skills.embedder_threads` in the
+/// embedder worker; in every other backend as many threads as it holds encoder slots for (at most
+/// `pg_skills.encoder_threads`, [`slots`]), so that many connections do not each start a thread
+/// per core.
+static ENCODER_THREADS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
 
 /// Set by the embedder worker at start.
 pub static IS_EMBEDDER_WORKER: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// The pool this process's encoder runs on, of `threads` threads (0: one per core); a pool is
-/// built only when the number changes (None: it could not be built, rayon's global pool).
-pub fn encoder_pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
-    let mut current = ENCODER_THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((t, pool)) = current.as_ref() {
-        if *t == threads {
-            return Some(pool.clone());
-        }
+/// A pool of `threads` threads (0: one per core). Pools of other sizes are kept only while
+/// they are no larger than `keep_up_to` (a backend's claims vary from 1 to its setting; the
+/// worker keeps one pool, so a smaller setting ends its extra threads). None: no pool could be
+/// built, rayon's global pool.
+pub fn encoder_pool(threads: usize, keep_up_to: usize) -> Option<Arc<rayon::ThreadPool>> {
+    let mut pools = ENCODER_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    pools.retain(|(t, _)| *t == threads || (*t != 0 && *t <= keep_up_to));
+    if let Some((_, pool)) = pools.iter().find(|(t, _)| *t == threads) {
+        return Some(pool.clone());
     }
-    let built = rayon::ThreadPoolBuilder::new()
+    match rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("pg_skills encoder {i}"))
-        .build();
-    *current = match built {
-        Ok(pool) => Some((threads, Arc::new(pool))),
+        .build()
+    {
+        Ok(pool) => {
+            let pool = Arc::new(pool);
+            pools.push((threads, pool.clone()));
+            Some(pool)
+        }
         Err(e) => {
             warning!("pg_skills: could not start the encoder's threads ({e}); using rayon's");
             None
         }
-    };
-    current.as_ref().map(|(_, pool)| pool.clone())
+    }
 }
 
 /// The encoder threads this process is set to have.
 pub fn configured_encoder_threads() -> usize {
-    if IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed) {
+    if is_embedder_worker() {
         guc::EMBEDDER_THREADS.get().max(0) as usize
     } else {
         guc::ENCODER_THREADS.get().max(1) as usize
     }
 }
 
-/// Embeds `texts` with interrupt checks between batches.
+fn is_embedder_worker() -> bool {
+    IS_EMBEDDER_WORKER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Embeds `texts` with interrupt checks between batches: in the embedder worker on its own
+/// threads, in other backends on the encoder slots this transaction holds.
 pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
-    let pool = encoder_pool(configured_encoder_threads());
+    let configured = configured_encoder_threads();
+    let (pool, _claim) = if is_embedder_worker() {
+        (encoder_pool(configured, 0), None)
+    } else {
+        let claim = slots::claim(configured);
+        (encoder_pool(claim.threads(), configured), Some(claim))
+    };
     encoder.embed_on(
         pool.as_deref(),
         texts,

@@ -41,7 +41,7 @@ pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         // Resized here too, so a reload takes effect while the queue is empty.
-        super::encoder_pool(super::configured_encoder_threads());
+        super::encoder_pool(super::configured_encoder_threads(), 0);
         let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
         wait = match BackgroundWorker::transaction(|| {
             crate::bgworker::as_worker_role(WORKER_TYPE, one_pass).unwrap_or(Pass::Failed)
