@@ -34,6 +34,30 @@ src=$CACHE/$key
 if [ ! -f "$src/.built" ]; then
   rm -rf "$src" && mkdir -p "$src"
   tar -C "$src" --strip-components=1 -xzf "$TARBALL"
+  # The tarball drops Citus's own copy of have_createdb_privilege() for servers whose headers
+  # declare it (15.14 to 15.17); later 15.x no longer export it, so the copy comes back there.
+  if ! grep -q have_createdb_privilege "$("$PG_CONFIG" --includedir-server)/commands/dbcommands.h"; then
+    sed -i 's|^/\* have_createdb_privilege: PostgreSQL 15.14+ exports it.*|#include "access/htup_details.h"\
+#include "catalog/pg_authid.h"\
+#include "miscadmin.h"\
+#include "utils/syscache.h"\
+/* whether the current role may create databases (superusers always may) */\
+static inline bool\
+have_createdb_privilege(void)\
+{\
+\tbool may = superuser();\
+\tHeapTuple role;\
+\tif (may)\
+\t\treturn true;\
+\trole = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));\
+\tif (HeapTupleIsValid(role))\
+\t{\
+\t\tmay = ((Form_pg_authid) GETSTRUCT(role))->rolcreatedb;\
+\t\tReleaseSysCache(role);\
+\t}\
+\treturn may;\
+}|' "$src/src/include/pg_version_compat.h"
+  fi
   (cd "$src" && ./configure PG_CONFIG="$PG_CONFIG" >configure.log 2>&1 && make -j"$(nproc)" >make.log 2>&1) \
     || { echo "build_citus: build failed, see $src/make.log"; tail -20 "$src"/make.log 2>/dev/null; exit 1; }
   touch "$src/.built"
