@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub use postgres::{Client, NoTls};
+use postgres::types::{FromSqlOwned, ToSql};
+pub use postgres::{Client, GenericClient, NoTls};
 
 /// Where the server binaries are: `PG_CONFIG --bindir`.
 pub fn bindir() -> PathBuf {
@@ -449,30 +450,36 @@ pub fn insert_random(client: &mut Client, rng: &mut Rng, n: usize, tag: &str) ->
     ids
 }
 
-/// (id, score) of skills.search with BM25 (the index path when an index exists).
-pub fn search(client: &mut Client, query: &str, k: Option<i32>) -> Vec<(i64, f64)> {
+/// The first two columns of every row `sql` returns; an error panics naming the statement.
+pub fn pairs<A: FromSqlOwned, B: FromSqlOwned>(
+    client: &mut impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Vec<(A, B)> {
     client
-        .query(
-            "SELECT id, score FROM skills.search($1, k => $2, method => 'bm25')",
-            &[&query, &k],
-        )
-        .expect("skills.search")
+        .query(sql, params)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
 
+/// (id, score) of skills.search with BM25 (the index path when an index exists).
+pub fn search(client: &mut Client, query: &str, k: Option<i32>) -> Vec<(i64, f64)> {
+    pairs(
+        client,
+        "SELECT id, score FROM skills.search($1, k => $2, method => 'bm25')",
+        &[&query, &k],
+    )
+}
+
 /// (id, score) of the reference sequential scorer.
 pub fn reference(client: &mut Client, query: &str, k: Option<i32>) -> Vec<(i64, f64)> {
-    client
-        .query(
-            "SELECT id, score FROM skills.bm25_scan($1, $2, NULL)",
-            &[&query, &k],
-        )
-        .expect("skills.bm25_scan")
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    pairs(
+        client,
+        "SELECT id, score FROM skills.bm25_scan($1, $2, NULL)",
+        &[&query, &k],
+    )
 }
 
 /// Asserts the index path and the reference agree: same ids in the same order, scores to 1e-9.

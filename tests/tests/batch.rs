@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use pg_skills_server_tests::{setup_extension, skip_without_model, Client, Cluster};
+use pg_skills_server_tests::{pairs, setup_extension, skip_without_model, Client, Cluster};
 
 fn metatool() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench-data/metatool");
@@ -61,15 +61,11 @@ fn search(
 ) -> Vec<(i64, f64)> {
     let categories: Option<Vec<String>> =
         categories.map(|c| c.iter().map(|s| s.to_string()).collect());
-    client
-        .query(
-            "SELECT id, score FROM skills.search($1, k => $2, categories => $3, method => 'keyopt')",
-            &[&query, &k, &categories],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    pairs(
+        client,
+        "SELECT id, score FROM skills.search($1, k => $2, categories => $3, method => 'keyopt')",
+        &[&query, &k, &categories],
+    )
 }
 
 #[test]

@@ -253,13 +253,8 @@ fn standby_returns_the_primarys_results() {
         for q in 0..3 {
             let query = rng.words(1, 5);
             let sql = "SELECT id, score FROM skills.search($1, k => 5, method => $2)";
-            let rows = |c: &mut postgres::Client| -> Vec<(i64, f64)> {
-                c.query(sql, &[&query, method])
-                    .unwrap_or_else(|e| panic!("{method} on {query:?}: {e}"))
-                    .iter()
-                    .map(|r| (r.get(0), r.get(1)))
-                    .collect()
-            };
+            let rows =
+                |c: &mut postgres::Client| -> Vec<(i64, f64)> { pairs(c, sql, &[&query, method]) };
             let (on_primary, on_standby) = (rows(&mut p), rows(&mut s));
             assert!(!on_primary.is_empty(), "{method}: {query:?}");
             assert_same_ranking(

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use pg_skills_server_tests::{
-    insert_random, seed, setup_extension, skip_without_model, Client, Cluster, NoTls, Rng,
+    insert_random, pairs, seed, setup_extension, skip_without_model, Client, Cluster, NoTls, Rng,
 };
 
 const WORKER_CONF: &str = "shared_preload_libraries = 'pg_skills'\n\
@@ -62,15 +62,11 @@ fn encoder_threads(pid: i32) -> usize {
 
 /// pg_locks rows of the encoder slots (advisory locks of class "pgsk"): (pid, granted).
 fn slot_locks(client: &mut Client) -> Vec<(i32, bool)> {
-    client
-        .query(
-            "SELECT pid, granted FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885827947",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    pairs(
+        client,
+        "SELECT pid, granted FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885827947",
+        &[],
+    )
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use pg_skills_server_tests::{
-    dump_and_restore, setup_extension, skip_without_model, Client, Cluster,
+    dump_and_restore, pairs, setup_extension, skip_without_model, Client, Cluster,
 };
 
 const CONF: &str = "shared_preload_libraries = 'pg_skills'\n\
@@ -25,16 +25,12 @@ fn wait_for(client: &mut Client, what: &str, sql: &str) {
 }
 
 fn keyopt(client: &mut Client, query: &str) -> Vec<(String, f64)> {
-    client
-        .query(
-            "SELECT s.name, r.score FROM skills.search($1, k => 3, method => 'keyopt') AS r \
-             JOIN skills.skill AS s USING (id)",
-            &[&query],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    pairs(
+        client,
+        "SELECT s.name, r.score FROM skills.search($1, k => 3, method => 'keyopt') AS r \
+         JOIN skills.skill AS s USING (id)",
+        &[&query],
+    )
 }
 
 const SKILLS: &[(&str, &str)] = &[

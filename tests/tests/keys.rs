@@ -50,14 +50,12 @@ fn nearest(c: &mut Client, key: &str, index: bool) -> Vec<(i64, f64)> {
         !index
     ))
     .unwrap();
-    let rows = tx
-        .query(
-            "SELECT id, key OPERATOR(skills.<->) $1::text::skills.key FROM key_t \
-             ORDER BY key OPERATOR(skills.<->) $1::text::skills.key, id LIMIT 10",
-            &[&key],
-        )
-        .unwrap();
-    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    pairs(
+        &mut tx,
+        "SELECT id, key OPERATOR(skills.<->) $1::text::skills.key FROM key_t \
+         ORDER BY key OPERATOR(skills.<->) $1::text::skills.key, id LIMIT 10",
+        &[&key],
+    )
 }
 
 fn uses_index(c: &mut Client) -> bool {
