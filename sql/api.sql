@@ -249,6 +249,98 @@ END
 $$;
 COMMENT ON FUNCTION skills.apply_staging() IS 'Upsert step of skills-load: applies pg_temp.skill_staging in one statement batch.';
 
+-- Copies of one content merged into one skill. On one node skill_content_hash_unique refuses a
+-- copy; on Citus no unique constraint can back the content hash (it does not contain the
+-- distribution column), so a plain INSERT or UPDATE may store content another skill has. The
+-- embedder calls this on each batch's hashes before keying it, so a copy lives until the next
+-- round at most (docs/citus.md). Per content the skill kept is one that is not waiting for a
+-- key (the established one), else the oldest; it gains the copies' places, is served again if
+-- a copy is, and takes over the copies' outcomes of this content (a run that served both keeps
+-- one arm). The copies go, with their keys, history and edges, as a DELETE would take them.
+-- It runs with the caller's rights (the workers' role may delete skills and move arms for it):
+-- Citus refuses a transaction in which two users touch the same shards, which a SECURITY
+-- DEFINER function called from the embedder's batch would be.
+CREATE FUNCTION skills.merge_duplicate_skills(hashes text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dup_hashes text[];
+    h text;
+    r record;
+    keep bigint;
+    keep_version integer;
+    keep_retired boolean;
+    copies bigint[];
+    places jsonb;
+    any_live boolean;
+    merged bigint := 0;
+BEGIN
+    IF hashes IS NOT NULL AND cardinality(hashes) = 0 THEN
+        RETURN 0;
+    END IF;
+    -- Looked up without the lock first: copies are rare, and a load holds the lock for long.
+    -- Two statements, so that the one for given hashes always probes the content_hash index.
+    IF hashes IS NULL THEN
+        SELECT array_agg(d.content_hash) INTO dup_hashes
+        FROM (SELECT s.content_hash FROM skills.skill AS s
+              GROUP BY s.content_hash HAVING count(*) > 1) AS d;
+    ELSE
+        SELECT array_agg(d.content_hash) INTO dup_hashes
+        FROM (SELECT s.content_hash FROM skills.skill AS s
+              WHERE s.content_hash = ANY (hashes)
+              GROUP BY s.content_hash HAVING count(*) > 1) AS d;
+    END IF;
+    IF dup_hashes IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- The loader's lock: a load looks hashes up and inserts under it.
+    PERFORM pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'));
+    FOREACH h IN ARRAY dup_hashes LOOP
+        keep := NULL;
+        copies := '{}';
+        any_live := false;
+        FOR r IN
+            SELECT s.id, s.version, s.provenance, s.retired_at IS NULL AS live,
+                   q.skill_id IS NOT NULL AS queued
+            FROM skills.skill AS s LEFT JOIN skills.embed_queue AS q ON q.skill_id = s.id
+            WHERE s.content_hash = h
+            ORDER BY queued, s.id
+        LOOP
+            IF keep IS NULL THEN
+                keep := r.id;
+                keep_version := r.version;
+                keep_retired := NOT r.live;
+                places := r.provenance;
+            ELSE
+                copies := copies || r.id;
+                places := skills.merge_provenance(places, r.provenance);
+            END IF;
+            any_live := any_live OR r.live;
+        END LOOP;
+        CONTINUE WHEN cardinality(copies) = 0;
+
+        UPDATE skills.skill AS s
+        SET provenance = places, retired_at = CASE WHEN any_live THEN NULL ELSE s.retired_at END
+        WHERE s.id = keep AND (s.provenance IS DISTINCT FROM places OR (any_live AND keep_retired));
+        DELETE FROM skills.event_arm AS a USING skills.event_arm AS b
+        WHERE a.skill_id = ANY (copies) AND b.event_id = a.event_id AND b.skill_id = keep;
+        UPDATE skills.event_arm AS a
+        SET skill_id = keep, skill_version = keep_version
+        WHERE a.skill_id = ANY (copies) AND a.content_hash = h;
+        -- Arms of a copy's earlier content go with it (on one node the foreign key does that).
+        DELETE FROM skills.event_arm AS a WHERE a.skill_id = ANY (copies);
+        DELETE FROM skills.edge AS e WHERE e.from_skill = ANY (copies) OR e.to_skill = ANY (copies);
+        DELETE FROM skills.skill AS s WHERE s.id = ANY (copies);
+        merged := merged + cardinality(copies);
+    END LOOP;
+    RETURN merged;
+END
+$$;
+COMMENT ON FUNCTION skills.merge_duplicate_skills(text[]) IS
+    'Merges skills with the same content (only possible on Citus) into one: places, outcomes; NULL: every content. Returns the copies removed.';
+
 -- ---------------------------------------------------------------------------------------------
 -- Search: the FastAdapt request. The ranking, limits and score parts are computed by
 -- skills.search_ranked (extension/src/search/); this adds each skill's name and category.

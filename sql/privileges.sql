@@ -47,6 +47,7 @@ REVOKE EXECUTE ON FUNCTION
     skills.sync_source(text[]),
     skills.set_category(bigint, skills.category),
     skills.rescan_risk(),
+    skills.merge_duplicate_skills(text[]),
     skills.distribute(integer)
 FROM PUBLIC;
 
@@ -86,7 +87,8 @@ GRANT EXECUTE ON FUNCTION
     skills.recompress_keys(),
     skills.build_graph(real, real, integer),
     skills.rule_edges(),
-    skills.embed_pending(bigint)
+    skills.embed_pending(bigint),
+    skills.merge_duplicate_skills(text[])
 TO skills_admin;
 
 -- The workers: the embedder keys skills and rebuilds the graph; the fitter fits and publishes
@@ -101,9 +103,14 @@ GRANT UPDATE, DELETE ON skills.embed_queue TO skills_worker;
 GRANT UPDATE ON skills.embedder_progress, skills.graph_state TO skills_worker;
 GRANT INSERT, DELETE ON skills.edge TO skills_worker;
 GRANT INSERT, UPDATE ON skills.keyopt_round TO skills_worker;
+-- Merging copies of one content before keying them (skills.merge_duplicate_skills; only Citus
+-- can store copies): the kept skill's places, the copies' arms, the copies themselves.
+GRANT UPDATE (provenance, retired_at), DELETE ON skills.skill TO skills_worker;
+GRANT UPDATE (skill_id, skill_version), DELETE ON skills.event_arm TO skills_worker;
 GRANT INSERT ON skills.keyopt_skill TO skills_worker;
 GRANT EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
     skills.rule_edges(),
-    skills.use_round(integer)
+    skills.use_round(integer),
+    skills.merge_duplicate_skills(text[])
 TO skills_worker;

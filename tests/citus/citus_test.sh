@@ -244,6 +244,32 @@ else
   bad "the embedder worker did not key the new skill in 120 s"
   grep -E 'ERROR|FATAL' "$D/n$COORD.log" | tail -5
 fi
+
+# A plain INSERT of content another skill has (no unique constraint backs the content hash
+# across shards), and a run that used the copy, in one transaction: the embedder merges the
+# copy into the skill before keying it (its place and that outcome go to the skill). The single
+# node, whose constraint refuses the copy, gets the place and the run the merge gives.
+orig=$(q $COORD "SELECT id FROM skills.skill WHERE name = 'flaky-test-triage' ORDER BY id LIMIT 1")
+place='[{"location": "by-hand/flaky-test-triage/SKILL.md"}]'
+copy_run="SELECT skills.record_run('the tests pass when the job is rerun', jsonb_build_array(jsonb_build_object(
+            'skill_id', (SELECT max(id) FROM skills.skill WHERE name = 'flaky-test-triage'), 'passed', true)))"
+q $COORD "INSERT INTO skills.skill (name, description, instructions, provenance)
+          SELECT name, description, instructions, '$place' FROM skills.skill WHERE id = $orig;
+          $copy_run" >/dev/null || bad "a plain INSERT of a copy and a run that used it"
+q $SINGLE "UPDATE skills.skill SET provenance = skills.merge_provenance(provenance, '$place') WHERE name = 'flaky-test-triage';
+           $copy_run" >/dev/null || bad "the place and the run on the single node"
+q $SINGLE "VACUUM skills.skill" || bad "VACUUM on the single node"
+merged=0
+for _ in $(seq 1 60); do
+  if [ "$(q $COORD "SELECT count(*) FROM skills.skill WHERE name = 'flaky-test-triage'")" = 1 ]; then merged=1; break; fi
+  sleep 1
+done
+state="$(q $COORD "SELECT id = $orig AND provenance @> '$place' FROM skills.skill WHERE name = 'flaky-test-triage'")"
+state="$state|$(q $COORD "SELECT count(*) FROM skills.event_arm WHERE skill_id = $orig")"
+state="$state|$(q $COORD "SELECT count(*) FROM skills.skill_key WHERE skill_id = $orig")"
+[ "$merged" = 1 ] && [ "$state" = "t|2|1" ] \
+  && ok "the embedder merged a plain INSERT's copy into the skill with that content (its place and outcome moved)" \
+  || { bad "copy not merged (merged=$merged, kept with the place|arms|keys = $state)"; grep -E 'ERROR|FATAL' "$D/n$COORD.log" | tail -5; }
 # Then it rebuilds the graph (as the workers' role, in a security-restricted context: no
 # temporary tables).
 rebuilt=0
@@ -276,7 +302,7 @@ q $COORD "SELECT recover_prepared_transactions()" >/dev/null
 q $COORD "VACUUM skills.skill" || bad "VACUUM after the worker returned"
 [ "$(q $COORD "SELECT count(*) FROM skills.skill WHERE name LIKE 'down-%'")" = 0 ] \
   && ok "nothing of the failed write is there after the worker returns" || bad "a half-applied write"
-[ "$(q $COORD "SELECT count(*) FROM skills.event_arm")" = 4 ] && ok "every acknowledged outcome is there" || bad "outcomes lost"
+[ "$(q $COORD "SELECT count(*) FROM skills.event_arm")" = 5 ] && ok "every acknowledged outcome is there" || bad "outcomes lost"
 compare_all "after the worker returned"
 
 # The fitter worker on the coordinator fits a round from runs recorded on the shards.

@@ -41,12 +41,33 @@ fn take_batch(limit: i64) -> Vec<Queued> {
         return Vec::new();
     }
     crate::spi::write(|client| {
-        let rows = if distributed {
+        if distributed {
             client.update(
                 "SELECT pg_advisory_xact_lock(hashtext('pg_skills.embed_queue'))",
                 None,
                 &[],
             )?;
+        }
+        // Copies of content another skill already has (only Citus can store them: no unique
+        // constraint backs the content hash there) merge into that skill before being keyed.
+        // (Two statements: Citus plans a query over the queue, then a call with its result.)
+        let hashes = client
+            .update(
+                "SELECT q.content_hash FROM skills.embed_queue AS q WHERE q.failed_reason IS NULL \
+                 ORDER BY q.enqueued_at, q.skill_id LIMIT $1",
+                None,
+                &[limit.into()],
+            )?
+            .map(|row| Ok(row.get::<String>(1)?.unwrap_or_default()))
+            .collect::<Result<Vec<String>, pgrx::spi::Error>>()?;
+        if !hashes.is_empty() {
+            client.update(
+                "SELECT skills.merge_duplicate_skills($1)",
+                None,
+                &[hashes.into()],
+            )?;
+        }
+        let rows = if distributed {
             client.update(
                 "SELECT q.skill_id, s.content_hash, s.name, s.description, s.instructions \
                  FROM skills.embed_queue AS q JOIN skills.skill AS s ON s.id = q.skill_id \

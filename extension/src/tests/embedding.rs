@@ -68,6 +68,32 @@ mod tests {
         assert_eq!(one::<i64>("SELECT count(*) FROM skills.skill_key"), 4);
     }
 
+    /// Where copies of one content can be stored (Citus: no unique constraint), the embedder
+    /// merges them before keying: one skill, one key.
+    #[pg_test]
+    fn embed_pending_merges_copies_before_keying() {
+        if !have_model() {
+            return;
+        }
+        without_content_hash_constraint();
+        let first = insert("copy", "the same content", "twice");
+        insert("copy", "the same content", "twice");
+        insert("unique", "other content", "once");
+        assert_eq!(one::<i64>("SELECT skills.embed_pending()"), 2);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.skill WHERE name = 'copy'"),
+            1
+        );
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM skills.skill_key WHERE skill_id = {first}"
+            )),
+            1,
+            "the oldest copy is kept and keyed"
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.embed_queue"), 0);
+    }
+
     #[pg_test]
     fn semantic_search_ranks_by_key_and_the_index_agrees_with_the_scan() {
         if !have_model() {

@@ -64,6 +64,14 @@ pub fn without_index() {
     exec("DROP INDEX skills.skill_bm25");
 }
 
+/// Drops skill_content_hash_unique, as on Citus, so that copies of one content can be stored.
+/// The loader's lock first (skills.merge_duplicate_skills takes it; a concurrent
+/// apply_staging holds it and then waits for the table), then the table's.
+pub fn without_content_hash_constraint() {
+    exec("SELECT pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'))");
+    exec("ALTER TABLE skills.skill DROP CONSTRAINT skill_content_hash_unique");
+}
+
 pub fn tiny_corpus() -> [i64; 3] {
     without_index();
     exec("SET LOCAL pg_skills.bm25_stemming = off");

@@ -77,6 +77,88 @@ mod tests {
         insert(" a ", "desc ", "body\r\n");
     }
 
+    /// Without the unique constraint (as on Citus), copies of one content merge into the skill
+    /// that is not waiting for a key: its places, its outcomes, served again; copies gone.
+    #[pg_test]
+    fn copies_of_one_content_merge_into_the_established_skill() {
+        without_content_hash_constraint();
+        let copy_of = |place: &str, extra: &str| -> i64 {
+            one(&format!(
+                "INSERT INTO skills.skill (name, description, instructions, provenance{extra}) \
+                 VALUES ('dup', 'one content', 'body', '[{{\"location\": \"{place}\"}}]'{}) RETURNING id",
+                if extra.is_empty() { "" } else { ", now()" }
+            ))
+        };
+        let queued = copy_of("first", "");
+        // Earlier content of this copy: an arm of that version must not move to the kept skill.
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'old body' WHERE id = {queued}; \
+             INSERT INTO skills.event (task, task_key) VALUES ('old', skills.key(array_fill(0.1::real, ARRAY[512]))); \
+             INSERT INTO skills.event_arm (event_id, skill_id, skill_version, content_hash, passed) \
+             SELECT currval(pg_get_serial_sequence('skills.event', 'id')), id, version, content_hash, true \
+             FROM skills.skill WHERE id = {queued}; \
+             UPDATE skills.skill SET instructions = 'body' WHERE id = {queued}"
+        ));
+        let established = copy_of("second", ", retired_at");
+        exec(&format!(
+            "DELETE FROM skills.embed_queue WHERE skill_id = {established}"
+        ));
+        let other = insert("other", "another skill", "other body");
+        let hash: String = one(&format!(
+            "SELECT content_hash FROM skills.skill WHERE id = {established}"
+        ));
+        // A run that served both copies, one that served the queued copy, an edge to it.
+        exec(&format!(
+            "INSERT INTO skills.event (task, task_key) \
+                 SELECT t, skills.key(array_fill(0.1::real, ARRAY[512])) FROM unnest('{{both,one}}'::text[]) AS t; \
+             INSERT INTO skills.event_arm (event_id, skill_id, skill_version, content_hash, passed) \
+                 SELECT e.id, s.id, s.version, s.content_hash, s.id = {queued} \
+                 FROM skills.event AS e, skills.skill AS s \
+                 WHERE (e.task = 'both' AND s.id IN ({queued}, {established})) OR (e.task = 'one' AND s.id = {queued}); \
+             INSERT INTO skills.edge (from_skill, to_skill, type, weight) VALUES ({other}, {queued}, 'workflow', 1)"
+        ));
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT skills.merge_duplicate_skills(ARRAY['{hash}', 'not a stored hash'])"
+            )),
+            1
+        );
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM skills.skill WHERE content_hash = '{hash}'"
+            )),
+            1
+        );
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM skills.skill WHERE id = {established} AND retired_at IS NULL \
+                 AND skills.provenance_locations(provenance) = '{{second,first}}'"
+            )),
+            1,
+            "the kept skill has both places and is served again"
+        );
+        // 'both': one arm (the kept skill's); 'one': moved at the kept skill's version; 'old': gone.
+        let arms: String = one(
+            "SELECT string_agg(e.task || ':' || (a.skill_id = s.id)::text || ':' || a.passed::text \
+                 || ':' || (a.skill_version = s.version)::text, ',' ORDER BY e.task) \
+             FROM skills.event_arm AS a JOIN skills.event AS e ON e.id = a.event_id \
+             LEFT JOIN skills.skill AS s ON s.name = 'dup'",
+        );
+        assert_eq!(arms, "both:true:false:true,one:true:true:true");
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.edge"),
+            0,
+            "the copy's edge went with it"
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM skills.skill_version"),
+            0,
+            "the copy's history went with it"
+        );
+        assert_eq!(one::<i64>("SELECT skills.merge_duplicate_skills()"), 0);
+        assert_eq!(one::<i64>("SELECT skills.merge_duplicate_skills('{}')"), 0);
+    }
+
     #[pg_test]
     fn same_name_different_content_is_two_skills() {
         insert("a", "desc", "body one");

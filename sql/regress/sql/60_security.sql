@@ -60,6 +60,7 @@ SELECT (skills.bm25query('deploy')).query;
 SELECT skills.bm25_index() IS NOT NULL AS has_index;
 SELECT count(*) > 0 AS found FROM skills.search('deploy service', method => 'bm25');
 SELECT skills.render_context('deploy service', k => 1, method => 'bm25') <> '' AS rendered;
+SELECT skills.merge_duplicate_skills(ARRAY(SELECT content_hash FROM skills.skill WHERE name OPERATOR(pg_catalog.=) 'shadow-proof-deploy')) AS copies_merged;
 SHOW search_path;
 RESET search_path;
 DROP SCHEMA evil CASCADE;
