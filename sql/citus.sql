@@ -8,26 +8,62 @@ CREATE TABLE skills.shard_anchor (id bigint PRIMARY KEY);
 COMMENT ON TABLE skills.shard_anchor IS
     'Citus: one row per shard of the skills'' co-location group, so one query reaches every shard (skills.distribute fills it).';
 
--- The bm25 statistics of the skills shard co-located with the shard_anchor shard `anchor` (a
--- shard's relation on the node that holds it), for `query`. Runs on the workers.
-CREATE FUNCTION skills.bm25_shard_corpus(anchor regclass, query text) RETURNS jsonb
+-- The shard of the distributed table `rel` co-located with the shard_anchor shard `anchor` (a
+-- shard's relation on the node that holds it): its relation there. Runs on the workers.
+CREATE FUNCTION skills.colocated_shard(anchor regclass, rel regclass) RETURNS regclass
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     anchor_shard bigint := substring((SELECT c.relname FROM pg_catalog.pg_class AS c WHERE c.oid = anchor) FROM '_([0-9]+)$')::bigint;
-    skill_shard bigint;
+    shard bigint;
 BEGIN
     EXECUTE 'SELECT s.shardid FROM pg_catalog.pg_dist_shard AS a
              JOIN pg_catalog.pg_dist_shard AS s ON s.shardminvalue = a.shardminvalue
-                  AND s.logicalrelid = ''skills.skill''::regclass
-             WHERE a.shardid = $1' INTO skill_shard USING anchor_shard;
-    IF skill_shard IS NULL THEN
-        RAISE EXCEPTION 'no skills shard is co-located with %', anchor
+                  AND s.logicalrelid = $2
+             WHERE a.shardid = $1 AND a.logicalrelid = ''skills.shard_anchor''::regclass'
+        INTO shard USING anchor_shard, rel;
+    IF shard IS NULL THEN
+        RAISE EXCEPTION 'no shard of % is co-located with %', rel, anchor
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Run SELECT skills.distribute() again on the coordinator after changing the shards.';
     END IF;
-    RETURN skills.bm25_corpus(skills.bm25_index(format('skills.skill_%s', skill_shard)::regclass), query);
+    -- A shard is named after its table with _<shard id>, in the table's schema.
+    RETURN format('%s_%s', rel, shard)::regclass;
+END
+$$;
+
+-- The bm25 statistics of the skills shard co-located with `anchor`, for `query`. Runs on the workers.
+CREATE FUNCTION skills.bm25_shard_corpus(anchor regclass, query text) RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN skills.bm25_corpus(skills.bm25_index(skills.colocated_shard(anchor, 'skills.skill')), query);
+
+-- For each source key, its `neighbours` nearest keys (q·k, largest first; ties by skill id) in
+-- the keys shard co-located with `anchor`, the source itself left out: one batch of
+-- skills.build_graph's neighbour search on Citus, served by the shard's skeys index when it has
+-- one. Runs on the workers.
+CREATE FUNCTION skills.key_shard_neighbours(anchor regclass, sources bigint[], keys skills.key[], neighbours integer)
+RETURNS TABLE (from_skill bigint, to_skill bigint, distance double precision)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(sources) IS DISTINCT FROM cardinality(keys) THEN
+        RAISE EXCEPTION 'key_shard_neighbours needs one key per source (% sources, % keys)',
+                cardinality(sources), cardinality(keys)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        SELECT q.id, n.skill_id, n.distance
+        FROM unnest($1, $2) AS q(id, k)
+        CROSS JOIN LATERAL (
+            SELECT b.skill_id, b.k0 OPERATOR(skills.<#>) q.k AS distance
+            FROM %s AS b
+            WHERE b.skill_id <> q.id
+            ORDER BY b.k0 OPERATOR(skills.<#>) q.k, b.skill_id
+            LIMIT $3) AS n$q$, skills.colocated_shard(anchor, 'skills.skill_key'))
+    USING sources, keys, neighbours;
 END
 $$;
 

@@ -58,8 +58,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    source record;
     live bigint[];
+    anchored boolean;
+    after bigint;
+    upto bigint;
 BEGIN
     IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL
        OR NOT (semantic_threshold BETWEEN -1 AND 1) OR NOT (alternative_threshold BETWEEN -1 AND 1)
@@ -78,27 +80,54 @@ BEGIN
         NULL;  -- document rules only
     ELSIF skills.is_distributed('skills.skill_key') THEN
         -- Citus (docs/citus.md): the keys are spread over shards and a lateral join of keys
-        -- with keys is not co-located; each key's neighbours come from one top-k query over
-        -- every shard's index, and the edges of skills that are gone leave with the rebuild.
-        -- The live ids as a value (Citus cannot join the local edge table with the distributed
-        -- skills, and the embedder worker's rebuild runs where temporary tables are refused).
+        -- with keys is not co-located. The source keys go in batches to every shard at once
+        -- (one query over skills.shard_anchor, one row per shard), each shard answers every
+        -- source's nearest keys from its own index, and the best `neighbours` of the shards'
+        -- candidates are kept: the single node's top-k, merged. The edges of skills that are
+        -- gone leave with the rebuild. The live ids as a value (Citus cannot join the local
+        -- edge table with the distributed skills, and the embedder worker's rebuild runs where
+        -- temporary tables are refused).
         live := ARRAY(SELECT s.id FROM skills.skill AS s);
         DELETE FROM skills.edge AS e
         WHERE NOT EXISTS (SELECT 1 FROM unnest(live) AS s(id) WHERE s.id = e.from_skill)
            OR NOT EXISTS (SELECT 1 FROM unnest(live) AS s(id) WHERE s.id = e.to_skill);
-        FOR source IN SELECT sk.skill_id, sk.k0 FROM skills.skill_key AS sk ORDER BY sk.skill_id LOOP
+        EXECUTE 'SELECT count(*) = (SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = ''skills.skill_key''::regclass)
+                 FROM (SELECT DISTINCT pg_catalog.get_shard_id_for_distribution_column(''skills.skill'', a.id)
+                       FROM skills.shard_anchor AS a) AS s'
+            INTO anchored;
+        IF NOT anchored THEN
+            RAISE EXCEPTION 'skills.shard_anchor does not cover every shard of skills.skill_key'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Run SELECT skills.distribute() again on the coordinator after changing the shards.';
+        END IF;
+        -- Batches of 1000 source keys by skill id. The batch reaches the shards as an
+        -- intermediate result of its CTE (Citus ships it once per node); passed as parameters,
+        -- the keys travelled as text in every shard's query, five times slower.
+        after := NULL;
+        LOOP
+            SELECT max(b.skill_id) INTO upto
+            FROM (SELECT sk.skill_id FROM skills.skill_key AS sk
+                  WHERE after IS NULL OR sk.skill_id > after
+                  ORDER BY sk.skill_id LIMIT 1000) AS b;
+            EXIT WHEN upto IS NULL;
+            WITH batch AS MATERIALIZED (
+                SELECT array_agg(sk.skill_id ORDER BY sk.skill_id) AS sources,
+                       array_agg(sk.k0 ORDER BY sk.skill_id) AS keys
+                FROM skills.skill_key AS sk
+                WHERE (after IS NULL OR sk.skill_id > after) AND sk.skill_id <= upto)
             INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-            SELECT source.skill_id, n.skill_id,
-                   CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
-                   n.sim,
-                   CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
-            FROM (SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) source.k0))::real AS sim
-                  FROM skills.skill_key AS b
-                  WHERE b.skill_id <> source.skill_id
-                  ORDER BY b.k0 OPERATOR(skills.<#>) source.k0, b.skill_id
-                  LIMIT neighbours) AS n
-            WHERE n.sim >= semantic_threshold AND n.sim > 0
+            SELECT c.from_skill, c.to_skill,
+                   CASE WHEN c.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
+                   c.sim,
+                   CASE WHEN c.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
+            FROM (SELECT (x.n).from_skill, (x.n).to_skill, (-(x.n).distance)::real AS sim,
+                         row_number() OVER (PARTITION BY (x.n).from_skill ORDER BY (x.n).distance, (x.n).to_skill) AS place
+                  -- The function's rows as one composite each (its .* would call it per column).
+                  FROM (SELECT skills.key_shard_neighbours(a.tableoid::regclass, b.sources, b.keys, neighbours) AS n
+                        FROM skills.shard_anchor AS a, batch AS b) AS x) AS c
+            WHERE c.place <= neighbours AND c.sim >= semantic_threshold AND c.sim > 0
             ON CONFLICT DO NOTHING;
+            after := upto;
         END LOOP;
     ELSE
     INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)

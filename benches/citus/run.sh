@@ -6,8 +6,9 @@
 #
 # Rows: the shared corpus replicated in SQL to N skills (default 100000; benches/common.sh).
 # Queries: MetaTool task queries (every 67th). pgbench -M prepared, SECONDS_PER_RUN per run.
-# The graph holds the document-rule edges only (key-similarity edges on Citus take one query per
-# key: minutes at this size).
+# The graph holds the document-rule edges while searches are measured. GRAPH=1 then times
+# skills.build_graph() (key similarity and rules) on both sides with a skeys index, and on Citus
+# also the path it replaced (one top-k query over every shard per key).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 D=${PG_SKILLS_CITUS_DIR:-/var/tmp/pg_skills-citus-bench}
@@ -83,3 +84,30 @@ for c in 1 8; do
   read -r c50 c95 cq <<< "$(run $COORD "$D/record.sql" $c)"
   echo "| | $c | $s50 | $c50 | $sq | $cq |"
 done
+
+if [ -n "${GRAPH:-}" ]; then
+  lists=$(awk -v n="$N" 'BEGIN { printf "%d", sqrt(n) }')
+  for p in $COORD $SINGLE; do
+    q $p "CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = $lists)" >/dev/null
+  done
+  timed() { local t0 t1; t0=$(date +%s.%N); q "$1" "$2" >/dev/null || echo "failed: $2" >&2; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }'; }
+  ts=$(timed $SINGLE "SELECT count(*) FROM skills.build_graph()")
+  tc=$(timed $COORD "SELECT count(*) FROM skills.build_graph()")
+  # The previous Citus path: each key's neighbours by one query over every shard's index.
+  tp=$(timed $COORD "DO \$\$
+        DECLARE source record; n bigint;
+        BEGIN
+          FOR source IN SELECT sk.skill_id, sk.k0 FROM skills.skill_key AS sk ORDER BY sk.skill_id LOOP
+            SELECT count(*) INTO n FROM (SELECT b.skill_id FROM skills.skill_key AS b WHERE b.skill_id <> source.skill_id
+                                         ORDER BY b.k0 OPERATOR(skills.<#>) source.k0, b.skill_id LIMIT 8) AS x;
+          END LOOP;
+        END \$\$")
+  edges() { q "$1" "SELECT from_skill || ' ' || to_skill FROM skills.edge WHERE type IN ('semantic', 'alternative')" | LC_ALL=C sort; }
+  both=$(LC_ALL=C comm -12 <(edges $SINGLE) <(edges $COORD) | wc -l)
+  echo
+  echo "| build_graph over $(q $SINGLE "SELECT count(*) FROM skills.skill_key") keys (skeys, $lists lists) | seconds | key-similarity edges |"
+  echo "|---|---|---|"
+  echo "| single node | $ts | $(edges $SINGLE | wc -l) |"
+  echo "| Citus, batches of sources to every shard | $tc | $(edges $COORD | wc -l) ($both shared with the single node) |"
+  echo "| Citus, one query per key (before) | $tp | |"
+fi

@@ -102,8 +102,21 @@ for p in $COORD $SINGLE; do
   q $p "$runs" >/dev/null || bad "record_run, fit and build_graph on $p"
 done
 [ "$(q $COORD "SELECT count(*) FROM skills.event_arm")" = 4 ] && ok "record_run on the coordinator" || bad "record_run on the coordinator"
-e_c=$(q $COORD "SELECT count(*) FROM skills.edge") e_s=$(q $SINGLE "SELECT count(*) FROM skills.edge")
-[ "$e_c" = "$e_s" ] && ok "build_graph: $e_c edges on both" || bad "build_graph: coordinator $e_c edges, single $e_s"
+# The graph: the same edges (ends, type, weight to 1e-6) on both sides; the coordinator merges
+# every shard's nearest keys for a batch of sources (skills.key_shard_neighbours).
+edges() { q "$1" "SELECT from_skill || ' ' || to_skill || ' ' || type || ' ' || round(weight::numeric, 6)
+                   FROM skills.edge ORDER BY from_skill, to_skill, type"; }
+same_edges() { # when
+  local e_c e_s
+  e_c=$(edges $COORD) e_s=$(edges $SINGLE)
+  if [ "$e_c" = "$e_s" ] && [ "$(echo "$e_c" | grep -c semantic)" -gt 0 ]; then
+    ok "build_graph $1: the same $(echo "$e_c" | wc -l) edges on both ($(echo "$e_c" | grep -c semantic) by key similarity)"
+  else
+    bad "build_graph $1: coordinator $(echo "$e_c" | wc -l) edges, single $(echo "$e_s" | wc -l)"
+    diff <(echo "$e_c") <(echo "$e_s") | head -6
+  fi
+}
+same_edges "after loading"
 
 QUERIES=("which commit broke the build" "CI is red again but the same tests pass when I rerun the job"
          "write a multi-stage Dockerfile for a Python service" "plot a chart from a CSV file with pandas"
@@ -226,6 +239,7 @@ done
 v_c=$(q $COORD "SELECT count(*) FROM skills.skill_version") v_s=$(q $SINGLE "SELECT count(*) FROM skills.skill_version")
 [ "$v_c" = "$v_s" ] && [ "$v_c" -ge 2 ] && ok "updates keep history on the shards ($v_c versions)" || bad "versions: coordinator $v_c, single $v_s"
 compare_all "after inserts, updates, deletes and VACUUM"
+same_edges "after inserts, updates and deletes"
 
 # The embedder worker on the coordinator keys a new skill through the distributed queue (as
 # the workers' role, which logs in to the workers), and the workers' embedders leave it alone.
@@ -279,10 +293,12 @@ for _ in $(seq 1 120); do
   fi
   sleep 1
 done
-if [ "$rebuilt" = 1 ]; then
-  ok "the embedder worker rebuilt the graph on Citus"
+# The workers' embedders leave the graph to the coordinator (their own edge table is unused).
+w_built=$(q $W1 "SELECT coalesce(built_at::text, 'never') FROM skills.graph_state")/$(q $W2 "SELECT coalesce(built_at::text, 'never') FROM skills.graph_state")
+if [ "$rebuilt" = 1 ] && [ "$w_built" = never/never ]; then
+  ok "the embedder worker rebuilt the graph on Citus (the workers' embedders did not)"
 else
-  bad "the embedder worker did not rebuild the graph: $(q $COORD "SELECT last_error FROM skills.embedder_progress")"
+  bad "graph rebuilds: coordinator rebuilt=$rebuilt ($(q $COORD "SELECT last_error FROM skills.embedder_progress")), workers' built_at $w_built"
 fi
 q $COORD "DELETE FROM skills.skill WHERE name = 'worker-keyed'" >/dev/null
 

@@ -24,6 +24,12 @@ struct Queued {
     text: String,
 }
 
+/// Whether this node is the Citus coordinator, where the queue and the graph are worked on
+/// (docs/citus.md). Only where Citus is installed (a table is distributed).
+pub fn on_citus_coordinator() -> bool {
+    crate::spi::select_one::<bool>("SELECT pg_catalog.citus_is_coordinator()", &[]).unwrap_or(false)
+}
+
 fn take_batch(limit: i64) -> Vec<Queued> {
     // A read-write SPI call: pgrx runs statements read-only until the transaction has an xid,
     // and Postgres refuses FOR UPDATE in a read-only call (skills.embed_pending() as the first
@@ -34,10 +40,7 @@ fn take_batch(limit: i64) -> Vec<Queued> {
     let distributed =
         crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.embed_queue')", &[])
             .unwrap_or(false);
-    if distributed
-        && !crate::spi::select_one::<bool>("SELECT pg_catalog.citus_is_coordinator()", &[])
-            .unwrap_or(false)
-    {
+    if distributed && !on_citus_coordinator() {
         return Vec::new();
     }
     crate::spi::write(|client| {

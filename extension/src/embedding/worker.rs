@@ -101,6 +101,14 @@ fn rebuild_stale_graph() -> Pass {
     if !stale {
         return Pass::Idle;
     }
+    // On a Citus worker node the keys are the cluster's (metadata is synced there) but the
+    // graph is the coordinator's: its embedder rebuilds it.
+    let distributed =
+        crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.skill_key')", &[])
+            .unwrap_or(false);
+    if distributed && !super::queue::on_citus_coordinator() {
+        return Pass::Idle;
+    }
     match crate::spi::try_get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
         Ok(edges) => {
             log!(
