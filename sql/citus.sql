@@ -39,10 +39,10 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN skills.bm25_corpus(skills.bm25_index(skills.colocated_shard(anchor, 'skills.skill')), query);
 
--- For each source key, its `neighbours` nearest keys (q·k, largest first; ties by skill id) in
--- the keys shard co-located with `anchor`, the source itself left out: one batch of
--- skills.build_graph's neighbour search on Citus, served by the shard's skeys index when it has
--- one. Runs on the workers.
+-- For each source key, its `neighbours` nearest keys (q·k, largest first) in the keys shard
+-- co-located with `anchor`, the source itself left out: one batch of skills.build_graph's
+-- neighbour search on Citus, served by the shard's skeys index when it has one (ordered by the
+-- distance alone, as skills.build_graph explains). Runs on the workers.
 CREATE FUNCTION skills.key_shard_neighbours(anchor regclass, sources bigint[], keys skills.key[], neighbours integer)
 RETURNS TABLE (from_skill bigint, to_skill bigint, distance double precision)
 LANGUAGE plpgsql STABLE
@@ -61,7 +61,7 @@ BEGIN
             SELECT b.skill_id, b.k0 OPERATOR(skills.<#>) q.k AS distance
             FROM %s AS b
             WHERE b.skill_id <> q.id
-            ORDER BY b.k0 OPERATOR(skills.<#>) q.k, b.skill_id
+            ORDER BY b.k0 OPERATOR(skills.<#>) q.k
             LIMIT $3) AS n$q$, skills.colocated_shard(anchor, 'skills.skill_key'))
     USING sources, keys, neighbours;
 END

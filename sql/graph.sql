@@ -47,6 +47,9 @@ CREATE TRIGGER edge_changed
 -- type between the same skills).
 --   semantic:    each keyed skill to its `neighbours` nearest keys with q·k ≥ semantic_threshold
 --                (the skeys index serves the nearest-key search when there is one), weight = q·k;
+--                ordered by the distance alone: an index scan cannot give a tie-break by skill id,
+--                and with it the search sorted every key for every key (quadratic: 389 s at
+--                20,000 keys, 0.2 ms a key through the index); exact ties are left to the scan;
 --   alternative: the same pairs with q·k ≥ alternative_threshold (near-duplicates), instead;
 --   dependency / workflow: skills.rule_edges() (documented in kernels/src/graph/rules.rs).
 CREATE FUNCTION skills.build_graph(
@@ -140,7 +143,7 @@ BEGIN
         SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
         FROM skills.skill_key AS b
         WHERE b.skill_id <> a.skill_id
-        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0, b.skill_id
+        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0
         LIMIT neighbours) AS n
     WHERE n.sim >= semantic_threshold AND n.sim > 0
     ON CONFLICT DO NOTHING;

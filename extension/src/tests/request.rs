@@ -161,6 +161,79 @@ mod tests {
         assert_eq!(edges("true"), 3);
     }
 
+    #[pg_test]
+    fn build_graph_finds_the_nearest_keys_through_the_skeys_index() {
+        // 2,000 skills with pseudo-random unit-ish keys (their nearest keys have q·k about 0.1).
+        exec(
+            "INSERT INTO skills.skill (name, description, instructions) \
+             SELECT 'g' || g, 'graph skill ' || g, 'step ' || g FROM generate_series(1, 2000) AS g",
+        );
+        exec(
+            "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
+             SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
+                    skills.key(ARRAY(SELECT ((abs(hashtext(s.id || ':' || i)) % 2001) - 1000) / 12900.0 \
+                                     FROM generate_series(1, 512) AS i)::real[]) \
+             FROM skills.skill AS s",
+        );
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 40)");
+        exec("ANALYZE skills.skill_key");
+        // The index serves the nearest-key search: one scan per key (a tie-break by id in it
+        // made the planner sort every key for every key instead).
+        let scans =
+            || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_key_k0'::regclass)") };
+        let before = scans();
+        exec("SELECT skills.build_graph(semantic_threshold => -1, alternative_threshold => 1, neighbours => 8)");
+        assert!(
+            scans() - before >= 2000,
+            "{} skeys index scans",
+            scans() - before
+        );
+        // Every list read (the planner kept on the index): the edges are the exact nearest keys.
+        exec("SET LOCAL pg_skills.key_probes = 40");
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SELECT skills.build_graph(semantic_threshold => -1, alternative_threshold => 1, neighbours => 8)");
+        exec("SET LOCAL enable_seqscan = on");
+        let edges = |id: i64| -> Vec<i64> {
+            Spi::connect(|c| {
+                c.select(
+                    &format!(
+                        "SELECT to_skill FROM skills.edge WHERE from_skill = {id} \
+                         AND type = 'semantic' ORDER BY weight DESC, to_skill"
+                    ),
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .map(|r| r.get::<i64>(1).unwrap().unwrap())
+                .collect()
+            })
+        };
+        for id in one::<Vec<i64>>("SELECT array_agg(skill_id) FROM (SELECT skill_id FROM skills.skill_key ORDER BY skill_id LIMIT 20) AS s") {
+            let exact: Vec<i64> = seqscan(|| {
+                Spi::connect(|c| {
+                    c.select(
+                        &format!(
+                            "SELECT b.skill_id FROM skills.skill_key AS b, skills.skill_key AS a \
+                             WHERE a.skill_id = {id} AND b.skill_id <> a.skill_id \
+                               AND b.k0 OPERATOR(skills.<#>) a.k0 < 0 \
+                             ORDER BY b.k0 OPERATOR(skills.<#>) a.k0, b.skill_id LIMIT 8"
+                        ),
+                        None,
+                        &[],
+                    )
+                    .unwrap()
+                    .map(|r| r.get::<i64>(1).unwrap().unwrap())
+                    .collect()
+                })
+            });
+            assert!(!exact.is_empty());
+            let (mut got, mut want) = (edges(id), exact);
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "the edges of skill {id}");
+        }
+    }
+
     #[pg_test(
         error = "new row for relation \"edge\" violates check constraint \"edge_not_a_loop\""
     )]
