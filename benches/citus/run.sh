@@ -109,5 +109,5 @@ if [ -n "${GRAPH:-}" ]; then
   echo "|---|---|---|"
   echo "| single node | $ts | $(edges $SINGLE | wc -l) |"
   echo "| Citus, batches of sources to every shard | $tc | $(edges $COORD | wc -l) ($both shared with the single node) |"
-  [ -n "${GRAPH_PER_KEY:-}" ] && echo "| Citus, one query per key (before) | $tp | |"
+  if [ -n "${GRAPH_PER_KEY:-}" ]; then echo "| Citus, one query per key (before) | $tp | |"; fi
 fi
