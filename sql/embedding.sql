@@ -126,7 +126,7 @@ COMMENT ON FUNCTION skills.recompress_keys() IS
 
 -- Pairs for training: a query returning (query text, skill_id bigint).
 CREATE FUNCTION skills.train_compressor(
-    pairs text,
+    pairs text DEFAULT NULL,
     hidden integer DEFAULT 256,
     epochs integer DEFAULT 30,
     seed bigint DEFAULT 42,
@@ -139,7 +139,15 @@ DECLARE
     trained record;
     new_version integer;
 BEGIN
-    SELECT * INTO trained FROM skills.train_compressor_weights(pairs, hidden, epochs, seed);
+    -- Without a pairs query: the recorded runs, each task with the skills that passed in it
+    -- (arms of the skill's current content only; a run known only as a set says nothing about
+    -- which of its skills answered the task).
+    SELECT * INTO trained FROM skills.train_compressor_weights(
+        coalesce(pairs, 'SELECT e.task, a.skill_id FROM skills.event AS e '
+                        'JOIN skills.event_arm AS a ON a.event_id = e.id '
+                        'JOIN skills.skill AS s ON s.id = a.skill_id AND s.content_hash = a.content_hash '
+                        'WHERE a.passed AND NOT a.stale'),
+        hidden, epochs, seed);
     IF activate THEN
         UPDATE skills.compressor SET active = false WHERE active;
     END IF;
@@ -153,7 +161,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION skills.train_compressor(text, integer, integer, bigint, boolean) IS
-    'Trains a compressor on (query text, skill_id) pairs from the given query, stores it and (by default) activates it and rewrites every key. Returns its version.';
+    'Trains a compressor on (query text, skill_id) pairs from the given query (NULL: the recorded runs, each task with the skills that passed in it), stores it and (by default) activates it and rewrites every key. Returns its version.';
 
 SELECT pg_catalog.pg_extension_config_dump('skills.compressor', '');
 SELECT pg_catalog.pg_extension_config_dump('skills.skill_key', '');

@@ -266,6 +266,11 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
     let mut report = fitted.report.to_json();
     report["skills"] = keys.len().into();
     report["bm25_shares_tried"] = shares_tried.into();
+    // The compressor whose keys the round was fitted on (null: raw keys): the fitter refits
+    // when another becomes active.
+    report["compressor_version"] =
+        crate::spi::select_one::<i32>("SELECT version FROM skills.compressor WHERE active", &[])
+            .into();
     let mut settings = fitted.settings.to_json();
     settings["bm25_share"] = bm25_share.into();
     let round: i32 = crate::spi::write_one(

@@ -48,13 +48,18 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
 }
 
 /// True when the extension is installed, runs were recorded after the active round's last
-/// fitted run, and the newest round is at least `interval` seconds old.
+/// fitted run or the active round was fitted on the keys of another compressor than the active
+/// one (`skills.train_compressor` rewrote them), and the newest round is at least `interval`
+/// seconds old.
 fn due(interval: i32) -> bool {
     let installed = crate::bgworker::extension_installed();
     installed
         && crate::spi::try_get_one_with_args::<bool>(
-            "SELECT EXISTS (SELECT 1 FROM skills.event AS e WHERE e.id > coalesce( \
-                     (SELECT r.max_event_id FROM skills.keyopt_round AS r WHERE r.active), 0)) \
+            "SELECT (EXISTS (SELECT 1 FROM skills.event AS e WHERE e.id > coalesce( \
+                         (SELECT r.max_event_id FROM skills.keyopt_round AS r WHERE r.active), 0)) \
+                     OR EXISTS (SELECT 1 FROM skills.keyopt_round AS r WHERE r.active \
+                         AND (r.report ->> 'compressor_version')::integer IS DISTINCT FROM \
+                             (SELECT c.version FROM skills.compressor AS c WHERE c.active))) \
                  AND coalesce((SELECT max(r.created_at) FROM skills.keyopt_round AS r), '-infinity') \
                      <= now() - make_interval(secs => $1)",
             &[(interval as f64).into()],

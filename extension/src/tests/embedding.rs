@@ -194,6 +194,62 @@ mod tests {
         );
     }
 
+    /// Without a pairs query the compressor learns from the recorded runs: each task with the
+    /// skills that passed in it; failed arms, arms known only through the run's set outcome and
+    /// arms of content that has changed since are not pairs. A round fitted afterwards records
+    /// the compressor its keys came from.
+    #[pg_test]
+    fn a_compressor_trains_on_the_skills_that_passed_in_recorded_runs() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let arm = |id: i64, passed: &str| format!("{{\"skill_id\": {id}, \"passed\": {passed}}}");
+        for (i, id) in ids.iter().enumerate().take(4) {
+            let rival = ids[(i + 1) % ids.len()];
+            for variant in ["how do I", "help me", "I need to"] {
+                exec(&format!(
+                    "SELECT skills.record_run('{variant} handle case {i} of my project', '[{}, {}]')",
+                    arm(*id, "true"),
+                    arm(rival, "false")
+                ));
+            }
+        }
+        // A run known only as a set that passed: not a pair.
+        exec(&format!(
+            "SELECT skills.record_run('a set of two did it', '[{{\"skill_id\": {}}}, {{\"skill_id\": {}}}]', run_passed => true)",
+            ids[0], ids[1]
+        ));
+        // A pass for content that has changed since: not a pair either.
+        exec(&format!(
+            "SELECT skills.record_run('an old version of the last skill helped', '[{}]')",
+            arm(ids[4], "true")
+        ));
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = instructions || ' (revised)' WHERE id = {}",
+            ids[4]
+        ));
+        exec("SELECT skills.embed_pending()");
+        let version: i32 = one("SELECT skills.train_compressor(hidden => 16, epochs => 3)");
+        let report: pgrx::JsonB = one(&format!(
+            "SELECT training FROM skills.compressor WHERE version = {version}"
+        ));
+        assert_eq!(report.0["pairs"], 12, "{}", report.0);
+        assert_eq!(report.0["queries"], 12, "{}", report.0);
+        assert_eq!(report.0["skills"], 4, "{}", report.0);
+        assert!(one::<bool>(&format!(
+            "SELECT active FROM skills.compressor WHERE version = {version}"
+        )));
+        one::<i32>("SELECT skills.fit()");
+        assert_eq!(
+            one::<i32>(
+                "SELECT (report ->> 'compressor_version')::integer FROM skills.keyopt_round WHERE active"
+            ),
+            version
+        );
+    }
+
     #[pg_test(error = "the pairs name skill 999999, which does not exist")]
     fn training_pairs_must_name_skills() {
         if !have_model() {
