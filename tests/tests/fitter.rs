@@ -142,4 +142,24 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
         assert_eq!(a.0, b.0);
         assert!((a.1 - b.1).abs() < 1e-5, "{ranked:?} vs {after:?}");
     }
+
+    // A compressor trained on the recorded runs rewrites the keys; with no new run the worker
+    // still fits again, on the new keys.
+    let version: i32 = admin
+        .query_one(
+            "SELECT skills.train_compressor(hidden => 16, epochs => 3)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    wait_for(
+        &mut admin,
+        "a round on the new compressor's keys",
+        &format!(
+            "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
+                            AND (report ->> 'compressor_version')::integer = {version})"
+        ),
+    );
+    let refitted = keyopt(&mut admin, query);
+    assert_eq!(refitted[0].0, "git-bisect", "{refitted:?}");
 }

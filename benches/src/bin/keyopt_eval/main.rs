@@ -34,7 +34,7 @@ use pg_skills_benches::eval::{
     bm25_normalised_scores, bm25_rankings, cached_embeddings, distractors, evaluate, hash, load,
     row, rrf, Dataset,
 };
-use pg_skills_kernels::compressor;
+use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::keyopt::fit::{best_of, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES};
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
@@ -94,6 +94,16 @@ struct Args {
     /// Width of a part's coverage (`needs::cover`), in key-score units.
     #[arg(long, default_value_t = needs::COVERAGE_WIDTH)]
     cover_width: f32,
+    /// MetaTool's skill keys through a compressor trained on the support queries' labelled
+    /// pairs (what `skills.train_compressor` gives a library that has them), instead of the raw
+    /// keys: every MetaTool table then reads the compressed keys.
+    #[arg(long)]
+    compressor: bool,
+    /// With --compressor: the single-tool round is fitted with each support run's r from a
+    /// compressor trained on the other half of the support runs (cross-fitted), not from the
+    /// compressor trained on it.
+    #[arg(long)]
+    cross_fit: bool,
 }
 
 static FIT_OPTIONS: std::sync::OnceLock<FitOptions> = std::sync::OnceLock::new();
@@ -376,7 +386,7 @@ impl<'a> Methods<'a> {
             }),
         ) + "\n");
         out += &(row(
-            "semantic (raw MiniLM keys)",
+            "semantic (q·k0)",
             &evaluate(self.data, test, |q| semantic(q, 10)),
         ) + "\n");
         out += &(row(
@@ -522,6 +532,76 @@ fn raw_keys(encoder: &Encoder, data: &Dataset) -> (Vec<Vec<f32>>, Vec<Vec<f32>>)
         .map(|e| compressor::query_key(e))
         .collect();
     (doc_keys, query_keys)
+}
+
+/// Skill keys through a compressor trained, as `skills.train_compressor()` trains it from the
+/// recorded runs, on the (task, skill) pairs of the arms that passed in `events` (the support
+/// runs, served from the raw keys before any compressor existed), and a line describing the
+/// training. Test queries are never in `events`.
+fn compressed_doc_keys(
+    encoder: &Encoder,
+    data: &Dataset,
+    support: &[usize],
+    events: &[SupportEvent],
+    keep: impl Fn(&SupportEvent) -> bool,
+    seed: u64,
+) -> (Vec<Vec<f32>>, String) {
+    let docs: Vec<String> = data
+        .docs
+        .iter()
+        .map(|d| document_text(&d.1, &d.2, &d.3))
+        .collect();
+    let doc_embeddings = cached_embeddings(encoder, &docs);
+    assert_eq!(
+        events.len(),
+        support.len(),
+        "one support run per support query"
+    );
+    let (support, events): (Vec<usize>, Vec<&SupportEvent>) = support
+        .iter()
+        .zip(events)
+        .filter(|(_, e)| keep(e))
+        .map(|(&q, e)| (q, e))
+        .unzip();
+    let texts: Vec<String> = support.iter().map(|&q| data.queries[q].1.clone()).collect();
+    let queries = cached_embeddings(encoder, &texts);
+    let pairs: Vec<(usize, usize)> = events
+        .iter()
+        .enumerate()
+        .flat_map(|(i, e)| {
+            e.arms
+                .iter()
+                .filter(|a| a.passed)
+                .map(move |a| (i, a.skill as usize))
+        })
+        .collect();
+    let set = TrainingSet {
+        queries: &queries,
+        documents: &doc_embeddings,
+        pairs: &pairs,
+    };
+    let options = TrainOptions {
+        seed,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let (trained, report) = compressor::train(&set, &options, &mut |_| {}).expect("training");
+    let keys = doc_embeddings
+        .iter()
+        .map(|e| compressor::skill_key(Some(&trained), e))
+        .collect();
+    let line = format!(
+        "compressor trained on the {} passing arms of the {} support runs in {:.0} s (hidden {}, best epoch {} of {}; validation MRR raw {:.3} → {:.3})\n",
+        pairs.len(),
+        events.len(),
+        t.elapsed().as_secs_f64(),
+        trained.hidden,
+        report.best_epoch,
+        report.epochs_run,
+        report.validation_mrr_raw,
+        report.validation_mrr
+    );
+    (keys, line)
 }
 
 /// The demo's feedback loop (`keyopt::scenarios`): 8 runs on one kind of task, then questions
@@ -1025,8 +1105,52 @@ fn main() {
     let support: Vec<usize> = (0..metatool.queries.len())
         .filter(|&q| !is_test(q))
         .collect();
+    // The support runs were served from the raw keys; with --compressor the keys are then
+    // compressed, and every round below is fitted and read on the compressed keys.
+    let mut raw_events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
+    let doc_keys = if args.compressor {
+        let (keys, line) = compressed_doc_keys(
+            &encoder,
+            &metatool,
+            &support,
+            &raw_events,
+            |_| true,
+            args.seed,
+        );
+        out += &format!("\nMetaTool skill keys: compressed; {line}");
+        eprintln!("{line}");
+        if args.cross_fit {
+            // Each run's r from the compressor of the other half (halves by source question).
+            let halves: Vec<Vec<Vec<f32>>> = (0..2u64)
+                .map(|h| {
+                    let (keys, line) = compressed_doc_keys(
+                        &encoder,
+                        &metatool,
+                        &support,
+                        &raw_events,
+                        |e| e.group % 2 != h,
+                        args.seed,
+                    );
+                    out += &format!("half {h}'s r: {line}");
+                    keys
+                })
+                .collect();
+            for e in &mut raw_events {
+                let keys = &halves[(e.group % 2) as usize];
+                e.relevance = Some(
+                    e.arms
+                        .iter()
+                        .map(|a| dot(&e.key, &keys[a.skill as usize]))
+                        .collect(),
+                );
+            }
+        }
+        keys
+    } else {
+        doc_keys
+    };
     if !args.multi_only {
-        let events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
+        let events = raw_events;
         let t = Instant::now();
         let fitted = fit(&doc_keys, &events, &fit_options());
         let seconds = t.elapsed().as_secs_f64();

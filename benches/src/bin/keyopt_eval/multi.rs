@@ -215,7 +215,7 @@ pub fn table<'r>(
         );
     };
     line(
-        "semantic (raw MiniLM keys)",
+        "semantic (q·k0)",
         scores(tasks, |t| {
             semantic_top(&t.key, doc_keys, 10)
                 .into_iter()
