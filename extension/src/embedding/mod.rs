@@ -158,11 +158,15 @@ fn embed(text: &str) -> Vec<f32> {
 /// Query keys this backend computed lately, by model folder and text. A query key depends on
 /// nothing else (queries never go through the compressor), and agents repeat queries (a search,
 /// then its context; one task asked with several methods): the encoder is most of a search's time.
-const QUERY_KEY_CACHE_ENTRIES: usize = 512;
+/// The least recently used key goes first; 2,048 keys are about 4.5 MB. A request of several
+/// parts keeps a key for each part, so this holds the parts of several hundred requests.
+const QUERY_KEY_CACHE_ENTRIES: std::num::NonZeroUsize = std::num::NonZeroUsize::new(2048).unwrap();
+
+type QueryKeyCache = lru::LruCache<(String, String), Vec<f32>>;
 
 thread_local! {
-    static QUERY_KEYS: std::cell::RefCell<std::collections::HashMap<(String, String), Vec<f32>>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
+    static QUERY_KEYS: std::cell::RefCell<QueryKeyCache> =
+        std::cell::RefCell::new(QueryKeyCache::new(QUERY_KEY_CACHE_ENTRIES));
 }
 
 /// The 512 values of q = normalize(pad512(e(query))); `skills.query_key` wraps them in a key.
@@ -170,25 +174,25 @@ thread_local! {
 pub fn query_key_values(query: &str) -> Vec<f32> {
     crate::guc::check_query_size(query);
     let cache_key = (guc::model_dir(), query.to_string());
-    if let Some(key) = QUERY_KEYS.with(|c| c.borrow().get(&cache_key).cloned()) {
+    if let Some(key) = QUERY_KEYS.with(|c| c.borrow_mut().get(&cache_key).cloned()) {
         return key;
     }
     let key = compressor::query_key(&embed(query));
-    QUERY_KEYS.with(|c| {
-        let mut cache = c.borrow_mut();
-        if cache.len() >= QUERY_KEY_CACHE_ENTRIES {
-            cache.clear();
-        }
-        cache.insert(cache_key, key.clone());
-    });
+    QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
     key
+}
+
+/// Whether this backend holds the query key of `text` (tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn query_key_cached(text: &str) -> bool {
+    QUERY_KEYS.with(|c| c.borrow().contains(&(guc::model_dir(), text.to_string())))
 }
 
 /// Query keys of several texts, encoded together (one forward pass for those not cached).
 pub fn query_keys_of(texts: &[&str]) -> Vec<Vec<f32>> {
     let model = guc::model_dir();
     let cached: Vec<Option<Vec<f32>>> = QUERY_KEYS.with(|c| {
-        let cache = c.borrow();
+        let mut cache = c.borrow_mut();
         texts
             .iter()
             .map(|t| cache.get(&(model.clone(), t.to_string())).cloned())
@@ -213,11 +217,8 @@ pub fn query_keys_of(texts: &[&str]) -> Vec<Vec<f32>> {
         .collect();
     QUERY_KEYS.with(|c| {
         let mut cache = c.borrow_mut();
-        if cache.len() + texts.len() > QUERY_KEY_CACHE_ENTRIES {
-            cache.clear();
-        }
         for (t, k) in texts.iter().zip(&keys) {
-            cache.insert((model.clone(), t.to_string()), k.clone());
+            cache.put((model.clone(), t.to_string()), k.clone());
         }
     });
     keys

@@ -26,6 +26,7 @@ use pg_skills_kernels::vector::KEY_DIM;
 use super::relevance;
 use crate::embedding::query_key_values;
 
+#[derive(Clone)]
 struct ActiveRound {
     round: i32,
     rho: f32,
@@ -40,7 +41,66 @@ struct ActiveRound {
     bm25_share: f32,
 }
 
+/// What the several KeyOpt readings of one search (a request and each of its parts) share:
+/// the active round, the round's packed rows of the pool and the past runs near each key, read
+/// once. Every reading of one search sees the same snapshot (the search functions are STABLE),
+/// so a remembered row is the row a second read would return. Outside [`within_one_search`]
+/// nothing is remembered.
+#[derive(Default)]
+struct SearchMemo {
+    round: Option<Option<ActiveRound>>,
+    /// (round, skill) → its packed row (None: the round has no row for it).
+    packed: HashMap<(i32, i64), Option<PackedRow>>,
+    /// (key, fitted runs up to) → the nearest runs.
+    neighbours: Vec<(Vec<f32>, i64, Vec<(f32, Vec<Arm>)>)>,
+}
+
+thread_local! {
+    static SEARCH_MEMO: std::cell::RefCell<Option<SearchMemo>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (one search's KeyOpt readings) with a fresh [`SearchMemo`]; the one before (a
+/// search inside a relevance function, say) comes back afterwards, also on an error.
+pub fn within_one_search<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<SearchMemo>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SEARCH_MEMO.with(|m| *m.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(SEARCH_MEMO.with(|m| m.replace(Some(SearchMemo::default()))));
+    f()
+}
+
+/// `read()`, or what this search read already (`remembered` finds it, `remember` stores it).
+fn memoised<T: Clone>(
+    remembered: impl FnOnce(&SearchMemo) -> Option<T>,
+    read: impl FnOnce() -> T,
+    remember: impl FnOnce(&mut SearchMemo, &T),
+) -> T {
+    if let Some(hit) = SEARCH_MEMO.with(|m| m.borrow().as_ref().and_then(remembered)) {
+        return hit;
+    }
+    let value = read();
+    SEARCH_MEMO.with(|m| {
+        if let Some(memo) = m.borrow_mut().as_mut() {
+            remember(memo, &value);
+        }
+    });
+    value
+}
+
 fn active_round() -> Option<ActiveRound> {
+    memoised(
+        |m| m.round.clone(),
+        read_active_round,
+        |m, r| m.round = Some(r.clone()),
+    )
+}
+
+fn read_active_round() -> Option<ActiveRound> {
     crate::spi::read(|client| {
         let rows = client.select(
             "SELECT round, rho, mu, settings, max_event_id, \
@@ -110,6 +170,22 @@ fn candidate_select() -> String {
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
+    memoised(
+        |m| {
+            m.neighbours
+                .iter()
+                .find(|(k, max, _)| *max == max_event_id && k.as_slice() == key)
+                .map(|(_, _, rows)| rows.clone())
+        },
+        || read_neighbours(key, max_event_id),
+        |m, rows| {
+            m.neighbours
+                .push((key.to_vec(), max_event_id, rows.clone()))
+        },
+    )
+}
+
+fn read_neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
     crate::spi::read(|client| {
         let rows = client.select(
             // One step per table (runs, their arms, the arms' skills): on Citus (docs/citus.md)
@@ -157,14 +233,48 @@ pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)>
 }
 
 /// A skill's row in a round: the content hash it was fitted on, `[k0; Δk; β]`, its lift bound.
+#[derive(Clone)]
 struct PackedRow {
     content_hash: String,
     floats: Vec<f32>,
     lift_bound: f32,
 }
 
-/// Packed rows of `ids` in `round`, by id.
+/// Packed rows of `ids` in `round`, by id (the rows this search read already are not read again).
 fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, PackedRow> {
+    let mut out = HashMap::new();
+    let missing: Vec<i64> = SEARCH_MEMO.with(|m| match m.borrow().as_ref() {
+        None => ids.to_vec(),
+        Some(memo) => ids
+            .iter()
+            .copied()
+            .filter(|&id| match memo.packed.get(&(round, id)) {
+                Some(row) => {
+                    if let Some(row) = row {
+                        out.insert(id, row.clone());
+                    }
+                    false
+                }
+                None => true,
+            })
+            .collect(),
+    });
+    if missing.is_empty() {
+        return out;
+    }
+    let read = read_packed_rows(round, &missing);
+    SEARCH_MEMO.with(|m| {
+        if let Some(memo) = m.borrow_mut().as_mut() {
+            for &id in &missing {
+                memo.packed.insert((round, id), read.get(&id).cloned());
+            }
+        }
+    });
+    out.extend(read);
+    out
+}
+
+fn read_packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, PackedRow> {
     crate::spi::read(|client| {
         let rows = client.select(
             "SELECT skill_id, content_hash, packed, lift_bound FROM skills.keyopt_skill \

@@ -33,10 +33,11 @@ pub fn part_keys(query: &str) -> Vec<(String, Vec<f32>)> {
 }
 
 /// The ranking of request `query` (key `key`) covering its `parts` (text and key; see the
-/// module). `rank(text, key, depth)` is the method's ranking of a text; `score(text, key, ids)`
-/// the method's rows of exactly those skills for a text (any order): for the whole request, it
-/// is asked for the parts' candidates the whole request's ranking did not reach; for each part,
-/// for the pool. `unit` is the method's score for one unit of key score.
+/// module). `rank(text, key, depth)` is the method's ranking of a text; `score(texts, ids)` the
+/// method's rows of exactly those skills for each of several texts (text and key; rows in any
+/// order, one list per text): for the whole request, it is asked for the parts' candidates the
+/// whole request's ranking did not reach; for the parts, all at once, for the pool. `unit` is
+/// the method's score for one unit of key score.
 #[allow(clippy::too_many_arguments)]
 pub fn covered(
     query: &str,
@@ -46,7 +47,7 @@ pub fn covered(
     depth: Option<usize>,
     unit: f32,
     rank: impl Fn(&str, &[f32], Option<usize>) -> Vec<Ranked>,
-    score: impl Fn(&str, &[f32], &[i64]) -> Vec<Ranked>,
+    score: impl Fn(&[(&str, &[f32])], &[i64]) -> Vec<Vec<Ranked>>,
 ) -> Vec<Ranked> {
     let pool_size = results_wanted.unwrap_or(0).max(PART_POOL);
     let whole = rank(query, key, depth.map(|d| d.max(pool_size)));
@@ -79,21 +80,26 @@ pub fn covered(
         .filter(|id| !rows.contains_key(id))
         .collect();
     if !rest.is_empty() {
-        rows.extend(score(query, key, &rest).into_iter().map(|r| (r.id, r)));
+        rows.extend(
+            score(&[(query, key)], &rest)
+                .into_iter()
+                .flatten()
+                .map(|r| (r.id, r)),
+        );
     }
     // A skill whose key went away between the readings is left out.
     pool.retain(|id| rows.contains_key(id));
     let whole_scores: Vec<f32> = pool.iter().map(|id| rows[id].score as f32).collect();
     // Each part's score of the pool by the same method: for keyopt, what the round learned
     // decides which skill answers a part, as it does for the whole request.
-    let part_scores: Vec<Vec<f32>> = parts
+    let texts: Vec<(&str, &[f32])> = parts
         .iter()
-        .map(|(text, part_key)| {
-            pgrx::pg_sys::check_for_interrupts!();
-            let of: HashMap<i64, f64> = score(text, part_key, &pool)
-                .into_iter()
-                .map(|r| (r.id, r.score))
-                .collect();
+        .map(|(text, part_key)| (text.as_str(), part_key.as_slice()))
+        .collect();
+    let part_scores: Vec<Vec<f32>> = score(&texts, &pool)
+        .into_iter()
+        .map(|rows| {
+            let of: HashMap<i64, f64> = rows.into_iter().map(|r| (r.id, r.score)).collect();
             pool.iter()
                 .map(|id| of.get(id).map_or(f32::NEG_INFINITY, |&s| s as f32))
                 .collect()

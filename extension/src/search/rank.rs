@@ -134,13 +134,36 @@ pub fn semantic(
     )
 }
 
-/// Semantic (id, q·k0) of exactly the skills `ids` that have a key (any order).
-fn semantic_of(key: &[f32], ids: &[i64]) -> Vec<(i64, f64)> {
-    id_scores(
-        "SELECT skill_id, (-(k0 OPERATOR(skills.<#>) skills.key($1)))::float8 \
-         FROM skills.skill_key WHERE skill_id = ANY ($2)",
-        &[key.to_vec().into(), ids.to_vec().into()],
-    )
+/// Semantic (id, q·k0) of exactly the skills `ids` that have a key (any order), for each of
+/// `keys`: one statement for all (the keys travel as one array, key i at [512·i + 1, 512·(i + 1)]).
+fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
+    let dims = keys.first().map_or(0, |k| k.len());
+    debug_assert!(keys.iter().all(|k| k.len() == dims));
+    let flat: Vec<f32> = keys.iter().flat_map(|k| k.iter().copied()).collect();
+    let mut out = vec![Vec::new(); keys.len()];
+    crate::spi::read(|client| {
+        let rows = client.select(
+            "SELECT g.i, sk.skill_id, \
+                    (-(sk.k0 OPERATOR(skills.<#>) skills.key(($1::real[])[g.i * $3 + 1 : (g.i + 1) * $3])))::float8 \
+             FROM generate_series(0, $4 - 1) AS g(i), skills.skill_key AS sk WHERE sk.skill_id = ANY ($2)",
+            None,
+            &[
+                flat.into(),
+                ids.to_vec().into(),
+                (dims as i32).into(),
+                (keys.len() as i32).into(),
+            ],
+        )?;
+        for row in rows {
+            let i = row.get::<i32>(1)?.expect("NOT NULL") as usize;
+            out[i].push((
+                row.get::<i64>(2)?.expect("NOT NULL"),
+                row.get::<f64>(3)?.expect("NOT NULL"),
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(())
+    });
+    out
 }
 
 /// The best `depth` rows (all: None) by score descending, ties by id, from `fetch(limit)`: rows
@@ -286,7 +309,10 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
                 depth,
                 1.0,
                 |_, k, d| as_rows(semantic(k, categories.clone(), d)),
-                |_, k, ids| as_rows(semantic_of(k, ids)),
+                |texts, ids| {
+                    let keys: Vec<&[f32]> = texts.iter().map(|t| t.1).collect();
+                    semantic_of(&keys, ids).into_iter().map(as_rows).collect()
+                },
             )
         }
         Method::Hybrid => {
@@ -356,6 +382,20 @@ pub fn keyopt_served(
     depth: Option<usize>,
     first_stage: Option<Vec<(i64, String, f32)>>,
 ) -> (Vec<Ranked>, bool) {
+    // The readings of the request and of each part share the round, its rows and the past runs.
+    crate::keyopt::rank::within_one_search(|| {
+        keyopt_served_once(query, key, categories, wanted, depth, first_stage)
+    })
+}
+
+fn keyopt_served_once(
+    query: &str,
+    key: Vec<f32>,
+    categories: Option<Vec<String>>,
+    wanted: Option<usize>,
+    depth: Option<usize>,
+    first_stage: Option<Vec<(i64, String, f32)>>,
+) -> (Vec<Ranked>, bool) {
     let as_rows = |list: Vec<(i64, pg_skills_kernels::keyopt::Parts, bool)>| {
         list.into_iter()
             .map(|(id, p, recalled)| Ranked {
@@ -404,7 +444,15 @@ pub fn keyopt_served(
         depth,
         unit,
         |text, k, d| read(text, k, d, None, first_stage.borrow_mut().take()),
-        |text, k, ids| read(text, k, None, Some(ids), None),
+        |texts, ids| {
+            texts
+                .iter()
+                .map(|(text, k)| {
+                    pgrx::pg_sys::check_for_interrupts!();
+                    read(text, k, None, Some(ids), None)
+                })
+                .collect()
+        },
     );
     (ranking, used)
 }

@@ -250,6 +250,34 @@ mod tests {
         );
     }
 
+    /// The query keys of a backend are kept least recently used first out: a request of
+    /// several parts holds a key per part, and a few hundred such requests must not empty the
+    /// whole cache (it was cleared at 512 keys: every key, the ones just used too).
+    #[pg_test]
+    fn the_query_key_cache_keeps_recently_used_keys_past_512() {
+        if !have_model() {
+            return;
+        }
+        let first = "query 0 of a long session";
+        exec(&format!("SELECT skills.query_key_values('{first}')"));
+        for i in 1..700 {
+            exec(&format!(
+                "SELECT skills.query_key_values('query {i} of a long session')"
+            ));
+            if i % 100 == 0 {
+                // The first query is asked again now and then: it stays recently used.
+                exec(&format!("SELECT skills.query_key_values('{first}')"));
+            }
+        }
+        assert!(crate::embedding::query_key_cached(first));
+        assert!(crate::embedding::query_key_cached(
+            "query 1 of a long session"
+        ));
+        assert!(crate::embedding::query_key_cached(
+            "query 699 of a long session"
+        ));
+    }
+
     #[pg_test(error = "the pairs name skill 999999, which does not exist")]
     fn training_pairs_must_name_skills() {
         if !have_model() {
