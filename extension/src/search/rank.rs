@@ -383,76 +383,65 @@ pub fn keyopt_served(
     first_stage: Option<Vec<(i64, String, f32)>>,
 ) -> (Vec<Ranked>, bool) {
     // The readings of the request and of each part share the round, its rows and the past runs.
-    crate::keyopt::rank::within_one_search(|| {
-        keyopt_served_once(query, key, categories, wanted, depth, first_stage)
-    })
-}
-
-fn keyopt_served_once(
-    query: &str,
-    key: Vec<f32>,
-    categories: Option<Vec<String>>,
-    wanted: Option<usize>,
-    depth: Option<usize>,
-    first_stage: Option<Vec<(i64, String, f32)>>,
-) -> (Vec<Ranked>, bool) {
-    let as_rows = |list: Vec<(i64, pg_skills_kernels::keyopt::Parts, bool)>| {
-        list.into_iter()
-            .map(|(id, p, recalled)| Ranked {
-                id,
-                score: p.total() as f64,
-                semantic: Some(p.relevance as f64),
-                beta: Some(p.beta as f64),
-                dk_term: Some(p.dk_term as f64),
-                event_term: Some(p.event_term as f64),
-                held_back: Some(p.held_back as f64),
-                recalled,
-                ..Ranked::default()
-            })
-            .collect::<Vec<Ranked>>()
-    };
-    // The KeyOpt reading of a text: its ranking (`depth`), or exactly the skills `only`.
-    let read = |text: &str,
-                k: &[f32],
-                depth: Option<usize>,
-                only: Option<&[i64]>,
-                computed: Option<Vec<(i64, String, f32)>>| {
-        as_rows(crate::keyopt::rank::ranked(
-            text,
-            k.to_vec(),
-            categories.clone(),
+    crate::keyopt::rank::within_one_search(move || {
+        let as_rows = |list: Vec<(i64, pg_skills_kernels::keyopt::Parts, bool)>| {
+            list.into_iter()
+                .map(|(id, p, recalled)| Ranked {
+                    id,
+                    score: p.total() as f64,
+                    semantic: Some(p.relevance as f64),
+                    beta: Some(p.beta as f64),
+                    dk_term: Some(p.dk_term as f64),
+                    event_term: Some(p.event_term as f64),
+                    held_back: Some(p.held_back as f64),
+                    recalled,
+                    ..Ranked::default()
+                })
+                .collect::<Vec<Ranked>>()
+        };
+        // The KeyOpt reading of a text: its ranking (`depth`), or exactly the skills `only`.
+        let read = |text: &str,
+                    k: &[f32],
+                    depth: Option<usize>,
+                    only: Option<&[i64]>,
+                    computed: Option<Vec<(i64, String, f32)>>| {
+            as_rows(crate::keyopt::rank::ranked(
+                text,
+                k.to_vec(),
+                categories.clone(),
+                wanted,
+                depth,
+                only.map(<[i64]>::to_vec),
+                computed,
+            ))
+        };
+        let parts = parts::part_keys(query);
+        let unit = if parts.is_empty() {
+            1.0
+        } else {
+            crate::keyopt::rank::score_unit()
+        };
+        // With one part, the whole request's reading is the only one: it takes the first stage.
+        let used = parts.is_empty() && first_stage.is_some();
+        let first_stage = std::cell::RefCell::new(first_stage.filter(|_| parts.is_empty()));
+        let ranking = parts::covered(
+            query,
+            &key,
+            &parts,
             wanted,
             depth,
-            only.map(<[i64]>::to_vec),
-            computed,
-        ))
-    };
-    let parts = parts::part_keys(query);
-    let unit = if parts.is_empty() {
-        1.0
-    } else {
-        crate::keyopt::rank::score_unit()
-    };
-    // With one part, the whole request's reading is the only one: it takes the first stage.
-    let used = parts.is_empty() && first_stage.is_some();
-    let first_stage = std::cell::RefCell::new(first_stage.filter(|_| parts.is_empty()));
-    let ranking = parts::covered(
-        query,
-        &key,
-        &parts,
-        wanted,
-        depth,
-        unit,
-        |text, k, d| read(text, k, d, None, first_stage.borrow_mut().take()),
-        |texts, ids| {
-            texts
-                .iter()
-                .map(|(text, k)| {
-                    pgrx::pg_sys::check_for_interrupts!();
-                    read(text, k, None, Some(ids), None)
-                })
-                .collect()
-        },
-    );
-    (ranking, used)
+            unit,
+            |text, k, d| read(text, k, d, None, first_stage.borrow_mut().take()),
+            |texts, ids| {
+                texts
+                    .iter()
+                    .map(|(text, k)| {
+                        pgrx::pg_sys::check_for_interrupts!();
+                        read(text, k, None, Some(ids), None)
+                    })
+                    .collect()
+            },
+        );
+        (ranking, used)
+    })
 }
