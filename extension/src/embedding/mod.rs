@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::compressor::{self, Compressor};
-use pg_skills_kernels::encoder::{Encoder, EncoderError, EMBEDDING_DIMS};
+use pg_skills_kernels::encoder::{Encoder, EncoderError, Precision, EMBEDDING_DIMS};
 
 use crate::errors::raise;
 use crate::guc;
@@ -128,8 +128,22 @@ fn is_embedder_worker() -> bool {
 }
 
 /// Embeds `texts` with interrupt checks between batches: in the embedder worker on its own
-/// threads, in other backends on the encoder slots this transaction holds.
+/// threads, in other backends on the encoder slots this transaction holds. f32 products: a
+/// document's e(doc) is the same however it is batched.
 pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+    embed_texts_in(encoder, texts, Precision::F32)
+}
+
+/// As [`embed_texts`], for query keys: products in `pg_skills.query_precision`.
+fn embed_query_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+    embed_texts_in(encoder, texts, guc::query_precision())
+}
+
+fn embed_texts_in(
+    encoder: &Encoder,
+    texts: &[&str],
+    precision: Precision,
+) -> Result<Vec<Vec<f32>>, EncoderError> {
     let configured = configured_encoder_threads();
     let (pool, _claim) = if is_embedder_worker() {
         (encoder_pool(configured, 0), None)
@@ -141,6 +155,7 @@ pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, E
         pool.as_deref(),
         texts,
         pg_skills_kernels::encoder::BATCH_SIZE,
+        precision,
         &mut |_| {
             pg_sys::check_for_interrupts!();
         },
@@ -155,14 +170,14 @@ fn embed(text: &str) -> Vec<f32> {
         .remove(0)
 }
 
-/// Query keys this backend computed lately, by model folder and text. A query key depends on
+/// Query keys this backend computed lately, by model folder, precision and text. A query key depends on
 /// nothing else (queries never go through the compressor), and agents repeat queries (a search,
 /// then its context; one task asked with several methods): the encoder is most of a search's time.
 /// The least recently used key goes first; 2,048 keys are about 4.5 MB. A request of several
 /// parts keeps a key for each part, so this holds the parts of several hundred requests.
 const QUERY_KEY_CACHE_ENTRIES: std::num::NonZeroUsize = std::num::NonZeroUsize::new(2048).unwrap();
 
-type QueryKeyCache = lru::LruCache<(String, String), Vec<f32>>;
+type QueryKeyCache = lru::LruCache<(String, Precision, String), Vec<f32>>;
 
 thread_local! {
     static QUERY_KEYS: std::cell::RefCell<QueryKeyCache> =
@@ -173,11 +188,14 @@ thread_local! {
 #[pg_extern(stable, parallel_safe)]
 pub fn query_key_values(query: &str) -> Vec<f32> {
     crate::guc::check_query_size(query);
-    let cache_key = (guc::model_dir(), query.to_string());
+    let cache_key = (guc::model_dir(), guc::query_precision(), query.to_string());
     if let Some(key) = QUERY_KEYS.with(|c| c.borrow_mut().get(&cache_key).cloned()) {
         return key;
     }
-    let key = compressor::query_key(&embed(query));
+    let embedding = embed_query_texts(&encoder(), &[query])
+        .unwrap_or_else(|e| raise_encoder_error(e))
+        .remove(0);
+    let key = compressor::query_key(&embedding);
     QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
     key
 }
@@ -185,17 +203,24 @@ pub fn query_key_values(query: &str) -> Vec<f32> {
 /// Whether this backend holds the query key of `text` (tests).
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) fn query_key_cached(text: &str) -> bool {
-    QUERY_KEYS.with(|c| c.borrow().contains(&(guc::model_dir(), text.to_string())))
+    QUERY_KEYS.with(|c| {
+        c.borrow()
+            .contains(&(guc::model_dir(), guc::query_precision(), text.to_string()))
+    })
 }
 
 /// Query keys of several texts, encoded together (one forward pass for those not cached).
 pub fn query_keys_of(texts: &[&str]) -> Vec<Vec<f32>> {
-    let model = guc::model_dir();
+    let (model, precision) = (guc::model_dir(), guc::query_precision());
     let cached: Vec<Option<Vec<f32>>> = QUERY_KEYS.with(|c| {
         let mut cache = c.borrow_mut();
         texts
             .iter()
-            .map(|t| cache.get(&(model.clone(), t.to_string())).cloned())
+            .map(|t| {
+                cache
+                    .get(&(model.clone(), precision, t.to_string()))
+                    .cloned()
+            })
             .collect()
     });
     let missing: Vec<&str> = texts
@@ -207,7 +232,7 @@ pub fn query_keys_of(texts: &[&str]) -> Vec<Vec<f32>> {
     let mut encoded = if missing.is_empty() {
         Vec::new()
     } else {
-        embed_texts(&encoder(), &missing).unwrap_or_else(|e| raise_encoder_error(e))
+        embed_query_texts(&encoder(), &missing).unwrap_or_else(|e| raise_encoder_error(e))
     }
     .into_iter()
     .map(|e| compressor::query_key(&e));
@@ -218,7 +243,7 @@ pub fn query_keys_of(texts: &[&str]) -> Vec<Vec<f32>> {
     QUERY_KEYS.with(|c| {
         let mut cache = c.borrow_mut();
         for (t, k) in texts.iter().zip(&keys) {
-            cache.put((model.clone(), t.to_string()), k.clone());
+            cache.put((model.clone(), precision, t.to_string()), k.clone());
         }
     });
     keys

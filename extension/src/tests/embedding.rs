@@ -278,6 +278,46 @@ mod tests {
         ));
     }
 
+    #[pg_test]
+    fn a_request_is_encoded_in_the_precision_the_session_sets() {
+        if !have_model() {
+            return;
+        }
+        let request = "roll back a failed kubernetes deployment";
+        let key = |precision: &str| -> Vec<f32> {
+            exec(&format!("SET pg_skills.query_precision = {precision}"));
+            one(&format!("SELECT skills.query_key_values('{request}')"))
+        };
+        let exact = key("f32");
+        let reduced = key("int16");
+        let again = key("f32");
+        let document: Vec<f32> = one(&format!("SELECT skills.embed('{request}')"));
+        let largest_difference = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        // f32: the key is e(text) padded, as a stored key of the same text would be.
+        assert!(largest_difference(&exact[..384], &document) < 1e-6);
+        // The cache keeps each precision's key apart: f32 again is the f32 key.
+        assert_eq!(again, exact);
+        let cosine: f64 = exact
+            .iter()
+            .zip(&reduced)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
+        assert!(cosine > 0.99995, "cosine {cosine}");
+        if pg_skills_kernels::encoder::Precision::int16_available() {
+            assert!(
+                largest_difference(&exact, &reduced) > 1e-5,
+                "int16 encoded with f32 products"
+            );
+        } else {
+            assert_eq!(reduced, exact, "no AVX-512 VNNI: int16 falls back to f32");
+        }
+    }
+
     #[pg_test(error = "the pairs name skill 999999, which does not exist")]
     fn training_pairs_must_name_skills() {
         if !have_model() {

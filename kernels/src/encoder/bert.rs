@@ -11,6 +11,7 @@
 //! candle's own `BertModel` is the reference: a test checks both give the same embeddings.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
@@ -18,6 +19,8 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::fastmath::{gelu_in_place, layer_norm_rows, softmax_rows};
+use super::int16_rows::{self, QuantizedWeight};
+use super::Precision;
 
 /// The shape of the model, from its config.json; only what this forward pass supports loads.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +81,9 @@ struct Dense {
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
+    /// The weights on the 16-bit grid, made on the first reduced-precision product (only
+    /// processes that encode queries that way hold them: 21 MB for the model's layers).
+    quantized: OnceLock<Option<QuantizedWeight>>,
 }
 
 struct LayerNorm {
@@ -116,6 +122,7 @@ fn dense(vb: &VarBuilder, outputs: usize, inputs: usize) -> Result<Dense, String
         bias: tensor(vb, &[outputs], "bias")?,
         inputs,
         outputs,
+        quantized: OnceLock::new(),
     })
 }
 
@@ -154,6 +161,7 @@ impl Bert {
                 bias: [q.bias, k.bias, v.bias].concat(),
                 inputs: h,
                 outputs: 3 * h,
+                quantized: OnceLock::new(),
             };
             layers.push(Layer {
                 qkv,
@@ -177,7 +185,14 @@ impl Bert {
     /// Mean of the last hidden states over each text's tokens (not normalised), one row of
     /// `hidden` floats per text. Token ids must be below the vocabulary size and a text no
     /// longer than the position table (the tokenizer truncates well before).
-    pub fn mean_pooled(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+    ///
+    /// `precision` applies to the dense products of passes of up to
+    /// [`super::few_rows::MAX_ROWS`] rows (a query's); batches are multiplied in f32.
+    pub fn mean_pooled(
+        &self,
+        batch: &[&[u32]],
+        precision: Precision,
+    ) -> Result<Vec<Vec<f32>>, String> {
         let h = self.shape.hidden;
         let mut starts = Vec::with_capacity(batch.len());
         let mut rows = 0;
@@ -201,21 +216,25 @@ impl Bert {
         let mut wide = vec![0f32; rows * self.shape.intermediate];
         let mut attended = vec![0f32; rows * h];
         for layer in &self.layers {
-            layer.qkv.apply(&x, rows, &mut qkv, None);
+            layer.qkv.apply(&x, rows, &mut qkv, None, precision);
             self.attention(&qkv, batch, &starts, &mut context);
             // The residual goes in with the bias: out = x + b + context·Wᵀ.
             layer
                 .attention_out
-                .apply(&context, rows, &mut attended, Some(&x));
+                .apply(&context, rows, &mut attended, Some(&x), precision);
             layer_norm_rows(
                 &mut attended,
                 &layer.attention_norm.gamma,
                 &layer.attention_norm.beta,
                 self.shape.layer_norm_eps,
             );
-            layer.intermediate.apply(&attended, rows, &mut wide, None);
+            layer
+                .intermediate
+                .apply(&attended, rows, &mut wide, None, precision);
             gelu_in_place(&mut wide);
-            layer.output.apply(&wide, rows, &mut x, Some(&attended));
+            layer
+                .output
+                .apply(&wide, rows, &mut x, Some(&attended), precision);
             layer_norm_rows(
                 &mut x,
                 &layer.output_norm.gamma,
@@ -365,9 +384,27 @@ impl SharedRows {
 }
 
 impl Dense {
+    /// The weights on the 16-bit grid, where the CPU can multiply them.
+    fn quantized(&self) -> Option<&QuantizedWeight> {
+        if !int16_rows::available() {
+            return None;
+        }
+        self.quantized
+            .get_or_init(|| QuantizedWeight::new(&self.weight, self.inputs, self.outputs))
+            .as_ref()
+    }
+
     /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads. A few
-    /// rows (one query) go through [`super::few_rows`], which reads W as stored.
-    fn apply(&self, input: &[f32], rows: usize, out: &mut [f32], residual: Option<&[f32]>) {
+    /// rows (one query) go through [`super::few_rows`], which reads W as stored, or with
+    /// [`Precision::Int16`] through [`int16_rows`] where the CPU has its instructions.
+    fn apply(
+        &self,
+        input: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        residual: Option<&[f32]>,
+        precision: Precision,
+    ) {
         assert_eq!(input.len(), rows * self.inputs);
         assert_eq!(out.len(), rows * self.outputs);
         for (i, row) in out.chunks_exact_mut(self.outputs).enumerate() {
@@ -378,6 +415,13 @@ impl Dense {
                     .zip(&residual[i * self.outputs..][..self.outputs])
                 {
                     *o += r;
+                }
+            }
+        }
+        if precision == Precision::Int16 && rows <= super::few_rows::MAX_ROWS {
+            if let Some(quantized) = self.quantized() {
+                if int16_rows::product(input, rows, quantized, super::few_rows::MAX_ROWS, out) {
+                    return;
                 }
             }
         }

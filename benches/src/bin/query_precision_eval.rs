@@ -1,0 +1,105 @@
+//! What encoding a search request in 16-bit integer products (`pg_skills.query_precision =
+//! int16`) changes against f32 (`f32`): each test request is encoded alone in both, as a search
+//! encodes it, and ranked against the skill keys (stored keys are always f32, encoded in
+//! batches). Reports how close the two query keys are, how often the rankings differ, and
+//! the retrieval quality of each, side by side.
+//!
+//!   cargo run --release -p pg_skills_benches --bin query_precision_eval -- --shared ../shared
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+
+use pg_skills_benches::eval::{
+    bucket, cached_embeddings, evaluate, key_ranking, load, row, Dataset,
+};
+use pg_skills_kernels::compressor;
+use pg_skills_kernels::encoder::{document_text, Encoder, Precision, DEFAULT_MODEL_DIR};
+
+#[derive(Parser)]
+struct Args {
+    /// The shared data folder (bench-data/metatool, bench-data/skillsbench-tasks).
+    #[arg(long, default_value = "../shared")]
+    shared: PathBuf,
+    #[arg(long, default_value = DEFAULT_MODEL_DIR)]
+    model: PathBuf,
+}
+
+fn main() {
+    let args = Args::parse();
+    let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e} (run ./x model)"));
+    if !Precision::int16_available() {
+        eprintln!("query_precision_eval: this CPU lacks AVX-512 VNNI, int16 would run in f32");
+        std::process::exit(2);
+    }
+    let bench = args.shared.join("bench-data");
+    let metatool = load(&bench.join("metatool"), false);
+    let skillsbench = load(&bench.join("skillsbench-tasks"), true);
+    // MetaTool's test split of the other evaluations (every query id in bucket < 20), and all
+    // 52 SkillsBench tasks (their instructions: long requests).
+    let test: Vec<usize> = (0..metatool.queries.len())
+        .filter(|&q| bucket(&metatool.queries[q].0) < 20)
+        .collect();
+    compare("MetaTool (199 tools)", &encoder, &metatool, &test);
+    let all: Vec<usize> = (0..skillsbench.queries.len()).collect();
+    compare("SkillsBench (123 skills)", &encoder, &skillsbench, &all);
+}
+
+fn compare(name: &str, encoder: &Encoder, data: &Dataset, queries: &[usize]) {
+    let texts: Vec<String> = data
+        .docs
+        .iter()
+        .map(|d| document_text(&d.1, &d.2, &d.3))
+        .collect();
+    let keys: Vec<Vec<f32>> = cached_embeddings(encoder, &texts)
+        .iter()
+        .map(|e| compressor::skill_key(None, e))
+        .collect();
+    let started = Instant::now();
+    let key_in = |q: usize, precision: Precision| {
+        let text = data.queries[q].1.as_str();
+        compressor::query_key(&encoder.embed_queries(&[text], precision).expect("encode")[0])
+    };
+    let pairs: Vec<(Vec<f32>, Vec<f32>)> = queries
+        .iter()
+        .map(|&q| (key_in(q, Precision::F32), key_in(q, Precision::Int16)))
+        .collect();
+    let seconds = started.elapsed().as_secs_f64();
+    let (mut lowest, mut total) = (1f64, 0f64);
+    let (mut same_first, mut same_entries, mut same_lists) = (0usize, 0usize, 0usize);
+    for (exact, reduced) in &pairs {
+        let cosine: f64 = exact
+            .iter()
+            .zip(reduced)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
+        lowest = lowest.min(cosine);
+        total += cosine;
+        let (a, b) = (key_ranking(exact, &keys), key_ranking(reduced, &keys));
+        same_first += usize::from(a.first() == b.first());
+        same_entries += a.iter().filter(|d| b.contains(d)).count();
+        same_lists += usize::from(a == b);
+    }
+    let n = pairs.len();
+    println!("### {name}: {n} requests, each encoded alone in both ({seconds:.0} s)\n");
+    println!("| query key | lowest cosine to f32 | mean cosine | top-1 unchanged | top-10 entries unchanged | top-10 lists identical |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| int16 | {lowest:.7} | {:.7} | {same_first} / {n} | {:.2} % | {same_lists} / {n} |\n",
+        total / n as f64,
+        100.0 * same_entries as f64 / (10 * n) as f64
+    );
+    let index: std::collections::HashMap<usize, usize> =
+        queries.iter().enumerate().map(|(i, &q)| (q, i)).collect();
+    println!("| query key | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |");
+    println!("|---|---|---|---|---|");
+    for (label, second) in [("f32", false), ("int16", true)] {
+        let metrics = evaluate(data, queries, |q| {
+            let (exact, reduced) = &pairs[index[&q]];
+            key_ranking(if second { reduced } else { exact }, &keys)
+        });
+        println!("{}", row(label, &metrics));
+    }
+    println!();
+}

@@ -1,0 +1,475 @@
+//! Reduced-precision products for a query's few rows: out += x·Wᵀ with the weights as 12-bit
+//! integers (one scale per output) and each input row as 14-bit integers (one scale per row),
+//! multiplied by AVX-512 VNNI's 16-bit dot product (`vpdpwssd`: 32 multiply-adds per
+//! instruction into 32-bit sums).
+//!
+//! Why: at 30 tokens a query is 320 M multiply-adds, more than two cores' f32 FMA units do in
+//! the 3 ms a search can spend on it. The 16-bit dot product does twice the multiply-adds per
+//! instruction of f32 FMA at the same rate, and reads half the weight bytes. What it costs:
+//! embeddings within cosine 0.99999 of f32 (measured in `benches/RESULTS.md`).
+//!
+//! Layout: the weights are packed once into panels of 64 outputs, each panel a run of input
+//! pairs holding the 64 outputs' two weights side by side, so one 512-bit load gives 16 outputs'
+//! pair and a product needs no horizontal sum: each 32-bit lane is one output. A lane then
+//! receives every input's product; the integer sums are moved into f32 every
+//! [`PAIRS_PER_FLUSH`] input pairs, before they could overflow (2·32·2047·8191 < 2³¹).
+//!
+//! x86-64 with AVX-512 F, BW and VNNI only (checked once at run time); elsewhere [`product`]
+//! answers `false` and the caller multiplies in f32.
+
+use std::sync::OnceLock;
+
+/// Largest weight magnitude on the integer grid (12 bits with sign).
+const WEIGHT_STEPS: f32 = 2047.0;
+/// Largest input magnitude on the integer grid (14 bits with sign).
+const INPUT_STEPS: f32 = 8191.0;
+/// Outputs per panel (and per parallel task): four 512-bit vectors of 16 lanes.
+const PANEL: usize = 64;
+/// Input pairs summed in 32-bit integers before the sums move to f32.
+const PAIRS_PER_FLUSH: usize = 32;
+
+/// A weight matrix (outputs × inputs) on the 12-bit grid, packed in panels.
+pub struct QuantizedWeight {
+    /// Panel p, input pair k, output j of the panel, member t of the pair at
+    /// ((p·pairs + k)·PANEL + j)·2 + t; outputs past the last are zeros.
+    packed: Vec<i16>,
+    /// Per output (padded to whole panels with zeros): the weight value of one integer step.
+    scales: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl QuantizedWeight {
+    /// Rounds each output's weights (`weight` is outputs × inputs, row-major) to the nearest of
+    /// 2·2047+1 steps over their own largest magnitude, and packs them; None where a weight is
+    /// not finite or inputs is odd.
+    pub fn new(weight: &[f32], inputs: usize, outputs: usize) -> Option<QuantizedWeight> {
+        assert_eq!(weight.len(), inputs * outputs);
+        if !inputs.is_multiple_of(2) {
+            return None;
+        }
+        let panels = outputs.div_ceil(PANEL);
+        let pairs = inputs / 2;
+        let mut packed = vec![0i16; panels * PANEL * inputs];
+        let mut scales = vec![0f32; panels * PANEL];
+        let mut row = vec![0i16; inputs];
+        for (o, weights) in weight.chunks_exact(inputs.max(1)).enumerate() {
+            scales[o] = quantize_row(weights, WEIGHT_STEPS, &mut row)?;
+            let (p, j) = (o / PANEL, o % PANEL);
+            for k in 0..pairs {
+                let at = ((p * pairs + k) * PANEL + j) * 2;
+                packed[at] = row[2 * k];
+                packed[at + 1] = row[2 * k + 1];
+            }
+        }
+        Some(QuantizedWeight {
+            packed,
+            scales,
+            inputs,
+            outputs,
+        })
+    }
+}
+
+/// Writes `row` on a symmetric grid of ±`steps` integer steps into `out`; returns the value of
+/// one step (0 for a row of zeros, which then stays zeros), or None where a value is not finite.
+fn quantize_row(row: &[f32], steps: f32, out: &mut [i16]) -> Option<f32> {
+    if !row.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if largest == 0.0 {
+        out.fill(0);
+        return Some(0.0);
+    }
+    let scale = largest / steps;
+    let inverse = steps / largest;
+    for (q, v) in out.iter_mut().zip(row) {
+        // Round to nearest by adding and removing 1.5·2²³ (|v·inverse| ≤ steps < 2²²): no call
+        // to roundf per value.
+        const SHIFT: f32 = 12_582_912.0;
+        *q = ((v * inverse + SHIFT) - SHIFT) as i16;
+    }
+    Some(scale)
+}
+
+/// Whether this CPU has the instructions [`product`] needs (checked once).
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// out[r][o] += Σ_k input[r][k]·weight[o][k] for `rows` rows, on rayon's threads; `out` already
+/// holds what is added to. Returns false, having done nothing, where the CPU lacks AVX-512 VNNI
+/// or the product is not one this path takes (more than `max_rows` rows, an input that is not
+/// finite).
+pub fn product(
+    input: &[f32],
+    rows: usize,
+    weight: &QuantizedWeight,
+    max_rows: usize,
+    out: &mut [f32],
+) -> bool {
+    let (inputs, outputs) = (weight.inputs, weight.outputs);
+    assert_eq!(input.len(), rows * inputs);
+    assert_eq!(out.len(), rows * outputs);
+    if rows == 0 || rows > max_rows || !available() {
+        return false;
+    }
+    let mut x = vec![0i16; rows * inputs];
+    let mut x_scales = vec![0f32; rows];
+    #[cfg(target_arch = "x86_64")]
+    for ((row, q), scale) in input
+        .chunks_exact(inputs)
+        .zip(x.chunks_exact_mut(inputs))
+        .zip(&mut x_scales)
+    {
+        // SAFETY: the CPU has AVX-512 F and BW (available() above); q is as long as row.
+        match unsafe { vnni::quantize_row(row, INPUT_STEPS, q) } {
+            Some(step) => *scale = step,
+            None => return false,
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::bert::SharedRows;
+        use rayon::prelude::*;
+        let shared = SharedRows(out.as_mut_ptr());
+        let job = Job {
+            x: &x,
+            x_scales: &x_scales,
+            rows,
+            weight,
+        };
+        (0..outputs.div_ceil(PANEL))
+            .into_par_iter()
+            .for_each(|panel| {
+                // SAFETY: the CPU has AVX-512 F, BW and VNNI (available() above); the lengths are
+                // asserted above and the packing holds whole panels; this task writes only the
+                // panel's columns of `out`, which no other task writes, and `out` outlives the
+                // parallel loop.
+                unsafe { vnni::panel(&job, panel, shared.at(0)) };
+            });
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The quantised operands of one product.
+struct Job<'a> {
+    x: &'a [i16],
+    x_scales: &'a [f32],
+    rows: usize,
+    weight: &'a QuantizedWeight,
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use std::arch::x86_64::*;
+
+    use super::{Job, PAIRS_PER_FLUSH, PANEL};
+
+    /// [`super::quantize_row`] in 16-lane steps (an input row is quantised for every product).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F and BW; `out` is as long as `row`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn quantize_row(row: &[f32], steps: f32, out: &mut [i16]) -> Option<f32> {
+        debug_assert_eq!(row.len(), out.len());
+        let lanes = |at: usize| -> __mmask16 {
+            let left = row.len() - at;
+            if left >= 16 {
+                0xffff
+            } else {
+                (1u16 << left) - 1
+            }
+        };
+        let mut largest = _mm512_setzero_ps();
+        let mut not_finite: __mmask16 = 0;
+        let finite_limit = _mm512_set1_ps(f32::MAX);
+        let mut at = 0;
+        while at < row.len() {
+            let v = _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes(at), row.as_ptr().add(at)));
+            // NaN compares unordered and infinity above f32::MAX: either sets a bit.
+            not_finite |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(v, finite_limit);
+            largest = _mm512_max_ps(largest, v);
+            at += 16;
+        }
+        if not_finite != 0 {
+            return None;
+        }
+        let largest = _mm512_reduce_max_ps(largest);
+        if largest == 0.0 {
+            out.fill(0);
+            return Some(0.0);
+        }
+        let inverse = _mm512_set1_ps(steps / largest);
+        let mut at = 0;
+        while at < row.len() {
+            let mask = lanes(at);
+            let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at));
+            // Round to nearest (even) and narrow: |v·inverse| ≤ steps fits 16 bits.
+            let q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inverse));
+            _mm512_mask_cvtepi32_storeu_epi16(out.as_mut_ptr().add(at) as *mut _, mask, q);
+            at += 16;
+        }
+        Some(largest / steps)
+    }
+
+    /// Vectors of 16 outputs in a panel.
+    const VECTORS: usize = PANEL / 16;
+    /// Input rows per register tile: 6 × 4 sums, 4 weight vectors and one broadcast input pair
+    /// are 29 of the 32 vector registers.
+    const TILE_ROWS: usize = 6;
+
+    /// out[r][o] += x[r]·w[o] for every row r and every output o of `panel`.
+    ///
+    /// Blocked by input pairs: a block of [`PAIRS_PER_FLUSH`] pairs of the panel (8 KB) is read
+    /// from memory once and used from L1 by every row tile, its integer sums added to the f32
+    /// sums of each row (rows × 64 floats, also in L1) before the next block.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F, BW and VNNI; `job.x` is rows × inputs and `job.weight` holds
+    /// `panel`; `out` points to rows × outputs floats; no other thread touches the panel's
+    /// columns of `out` meanwhile.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn panel(job: &Job, panel: usize, out: *mut f32) {
+        let w = job.weight;
+        let pairs = w.inputs / 2;
+        let mut sums = vec![0f32; job.rows * PANEL];
+        let mut k = 0;
+        while k < pairs {
+            let block = (pairs - k).min(PAIRS_PER_FLUSH);
+            let mut r = 0;
+            while r < job.rows {
+                let height = (job.rows - r).min(TILE_ROWS);
+                tile(job, panel, k..k + block, r, height, sums.as_mut_ptr());
+                r += height;
+            }
+            k += block;
+        }
+        let first = panel * PANEL;
+        let width = (w.outputs - first).min(PANEL);
+        for (r, row_sums) in sums.chunks_exact(PANEL).enumerate() {
+            let x_scale = _mm512_set1_ps(job.x_scales[r]);
+            let row = out.add(r * w.outputs + first);
+            for v in 0..VECTORS {
+                let lanes = width.saturating_sub(v * 16).min(16);
+                if lanes == 0 {
+                    break;
+                }
+                let sum = _mm512_loadu_ps(row_sums.as_ptr().add(v * 16));
+                let scales = _mm512_loadu_ps(w.scales.as_ptr().add(first + v * 16));
+                let value = _mm512_mul_ps(sum, _mm512_mul_ps(scales, x_scale));
+                // Masked: the last panel of a layer may hold fewer than 64 outputs.
+                let mask: __mmask16 = if lanes == 16 {
+                    0xffff
+                } else {
+                    (1u16 << lanes) - 1
+                };
+                let at = row.add(v * 16);
+                let old = _mm512_maskz_loadu_ps(mask, at);
+                _mm512_mask_storeu_ps(at, mask, _mm512_add_ps(old, value));
+            }
+        }
+    }
+
+    /// Rows r..r+height (height ≤ 6) against the panel's 64 outputs over the input pairs of
+    /// `block`, added to `sums` (rows × 64 floats). Short tiles repeat their last row in the
+    /// spare registers and do not store it.
+    ///
+    /// # Safety
+    /// As [`panel`], with r+height ≤ rows, `block` within the input pairs and at most
+    /// [`PAIRS_PER_FLUSH`] long, and `sums` pointing to rows × 64 floats.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile(
+        job: &Job,
+        panel: usize,
+        block: std::ops::Range<usize>,
+        r: usize,
+        height: usize,
+        sums: *mut f32,
+    ) {
+        let w = job.weight;
+        let (inputs, pairs) = (w.inputs, w.inputs / 2);
+        // Input pairs of each row, read as one 32-bit value each (2-byte aligned: unaligned reads).
+        let xs: [*const i32; TILE_ROWS] = std::array::from_fn(|i| {
+            job.x.as_ptr().add((r + i.min(height - 1)) * inputs) as *const i32
+        });
+        let weights = w.packed.as_ptr().add(panel * pairs * PANEL * 2);
+        let mut acc = [[_mm512_setzero_si512(); VECTORS]; TILE_ROWS];
+        for kk in block {
+            let wv: [__m512i; VECTORS] = std::array::from_fn(|v| {
+                _mm512_loadu_si512(weights.add((kk * PANEL + v * 16) * 2) as *const _)
+            });
+            for i in 0..TILE_ROWS {
+                let pair = _mm512_set1_epi32(xs[i].add(kk).read_unaligned());
+                for v in 0..VECTORS {
+                    acc[i][v] = _mm512_dpwssd_epi32(acc[i][v], pair, wv[v]);
+                }
+            }
+        }
+        for (i, row_acc) in acc.iter().enumerate().take(height) {
+            let row = sums.add((r + i) * PANEL);
+            for (v, &a) in row_acc.iter().enumerate() {
+                let at = row.add(v * 16);
+                _mm512_storeu_ps(
+                    at,
+                    _mm512_add_ps(_mm512_loadu_ps(at), _mm512_cvtepi32_ps(a)),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(input: &[f32], rows: usize, weight: &[f32], inputs: usize, out: &mut [f32]) {
+        let outputs = weight.len() / inputs;
+        for r in 0..rows {
+            for o in 0..outputs {
+                let dot: f64 = (0..inputs)
+                    .map(|k| input[r * inputs + k] as f64 * weight[o * inputs + k] as f64)
+                    .sum();
+                out[r * outputs + o] += dot as f32;
+            }
+        }
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = crate::rng::SplitMix64(seed);
+        (0..n).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect()
+    }
+
+    #[test]
+    fn agrees_with_the_exact_product_within_the_grid_for_every_tile_shape() {
+        if !available() {
+            eprintln!("no AVX-512 VNNI here: the 16-bit product is not used");
+            return;
+        }
+        // Rows and outputs that leave short tiles (rows % 4, outputs % 6 and % 64 non-zero).
+        for (rows, inputs, outputs) in [
+            (1, 32, 1),
+            (2, 64, 5),
+            (7, 384, 131),
+            (21, 1536, 70),
+            (64, 96, 9),
+            (5, 38, 3),
+        ] {
+            let input = values(rows * inputs, 3);
+            let weight = values(outputs * inputs, 5);
+            let start = values(rows * outputs, 7);
+            let mut want = start.clone();
+            reference(&input, rows, &weight, inputs, &mut want);
+            let mut got = start.clone();
+            let q = QuantizedWeight::new(&weight, inputs, outputs).unwrap();
+            assert!(product(&input, rows, &q, 256, &mut got));
+            // Each product is off by at most half a step of each operand (1/4094 and 1/16382 of
+            // its row's largest magnitude, here ≤ 1, times the other operand, ≤ 1): a sum of
+            // `inputs` of them, plus f32 rounding.
+            let bound = inputs as f32 * (0.5 / 2047.0 + 0.5 / 8191.0) + 1e-4;
+            let mut worst = 0f32;
+            for (g, w) in got.iter().zip(&want) {
+                worst = worst.max((g - w).abs());
+                assert!(
+                    (g - w).abs() < bound,
+                    "{rows}×{inputs}→{outputs}: {g} vs {w}"
+                );
+            }
+            // And it is not exact: the test would pass an f32 product by mistake otherwise.
+            assert!(worst > 0.0, "{rows}×{inputs}→{outputs} matched exactly");
+        }
+    }
+
+    #[test]
+    fn inputs_are_quantised_as_the_weights_are() {
+        if !available() {
+            return;
+        }
+        for len in [1, 15, 16, 37, 384] {
+            let mut row = values(len, len as u64);
+            row[len / 2] = 0.5; // a tie on the grid of some rows: both round it the same way
+            let (mut scalar, mut vector) = (vec![0i16; len], vec![0i16; len]);
+            let a = quantize_row(&row, INPUT_STEPS, &mut scalar);
+            // SAFETY: available() says the CPU has AVX-512; the lengths match.
+            let b = unsafe { vnni::quantize_row(&row, INPUT_STEPS, &mut vector) };
+            assert_eq!(a, b, "{len}");
+            assert_eq!(scalar, vector, "{len}");
+            assert_eq!(scalar.iter().map(|v| v.abs()).max(), Some(8191));
+            row[len - 1] = f32::NAN;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { vnni::quantize_row(&row, INPUT_STEPS, &mut vector) },
+                None
+            );
+            row[len - 1] = f32::NEG_INFINITY;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { vnni::quantize_row(&row, INPUT_STEPS, &mut vector) },
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn the_largest_magnitudes_do_not_overflow() {
+        if !available() {
+            return;
+        }
+        // Every product at the top of both grids, all of one sign: the worst case per lane.
+        let (rows, inputs, outputs) = (3, 4096, 2);
+        let input = vec![-1.5f32; rows * inputs];
+        let weight = vec![0.25f32; outputs * inputs];
+        let mut out = vec![0f32; rows * outputs];
+        let q = QuantizedWeight::new(&weight, inputs, outputs).unwrap();
+        assert!(product(&input, rows, &q, 256, &mut out));
+        let want = -1.5 * 0.25 * inputs as f32;
+        for v in out {
+            assert!((v - want).abs() < 1e-3 * want.abs(), "{v} vs {want}");
+        }
+    }
+
+    #[test]
+    fn declines_what_it_does_not_take() {
+        let inputs = 64;
+        let q = QuantizedWeight::new(&[1.0; 128], inputs, 2).unwrap();
+        // Too many rows.
+        let mut out = vec![0.0; 5 * 2];
+        assert!(!product(&[1.0; 5 * 64], 5, &q, 4, &mut out));
+        // An odd number of inputs is not packed.
+        assert!(QuantizedWeight::new(&[1.0; 42], 21, 2).is_none());
+        // A row that is not finite: the f32 path then carries it as IEEE arithmetic would.
+        let mut row = vec![1.0; inputs];
+        row[3] = f32::INFINITY;
+        let mut out = vec![0.0; 2];
+        assert!(!product(&row, 1, &q, 256, &mut out));
+        assert!(out.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn a_row_of_zeros_gives_exactly_what_was_there() {
+        if !available() {
+            return;
+        }
+        let q = QuantizedWeight::new(&values(64 * 3, 9), 64, 3).unwrap();
+        let mut out = vec![0.5, -2.0, 3.0];
+        assert!(product(&[0.0; 64], 1, &q, 256, &mut out));
+        assert_eq!(out, [0.5, -2.0, 3.0]);
+    }
+}
