@@ -36,7 +36,7 @@ struct Args {
     #[arg(long)]
     single_words: Option<usize>,
     /// Products of the single queries: f32, or int16 (16-bit integer products where the CPU
-    /// has AVX-512 VNNI), as `pg_skills.query_precision` sets them in a search.
+    /// has AVX-512 VNNI or AVX2), as `pg_skills.query_precision` sets them in a search.
     #[arg(long, default_value = "f32")]
     precision: String,
 }

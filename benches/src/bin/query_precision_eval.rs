@@ -30,7 +30,7 @@ fn main() {
     let args = Args::parse();
     let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e} (run ./x model)"));
     if !Precision::int16_available() {
-        eprintln!("query_precision_eval: this CPU lacks AVX-512 VNNI, int16 would run in f32");
+        eprintln!("query_precision_eval: this CPU has neither AVX-512 VNNI nor AVX2, int16 would run in f32");
         std::process::exit(2);
     }
     let bench = args.shared.join("bench-data");

@@ -314,7 +314,10 @@ mod tests {
                 "int16 encoded with f32 products"
             );
         } else {
-            assert_eq!(reduced, exact, "no AVX-512 VNNI: int16 falls back to f32");
+            assert_eq!(
+                reduced, exact,
+                "neither AVX-512 VNNI nor AVX2: int16 falls back to f32"
+            );
         }
     }
 

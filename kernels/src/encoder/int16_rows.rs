@@ -1,7 +1,7 @@
 //! Reduced-precision products for a query's few rows: out += x·Wᵀ with the weights as 12-bit
 //! integers (one scale per output) and each input row as 14-bit integers (one scale per row),
-//! multiplied by AVX-512 VNNI's 16-bit dot product (`vpdpwssd`: 32 multiply-adds per
-//! instruction into 32-bit sums).
+//! multiplied by 16-bit dot products into 32-bit sums: AVX-512 VNNI's `vpdpwssd` (32
+//! multiply-adds per instruction), else AVX2's `vpmaddwd` and `vpaddd` (16 per two).
 //!
 //! Why: at 30 tokens a query is 320 M multiply-adds, more than two cores' f32 FMA units do in
 //! the 3 ms a search can spend on it. The 16-bit dot product does twice the multiply-adds per
@@ -10,12 +10,13 @@
 //!
 //! Layout: the weights are packed once into panels of 64 outputs, each panel a run of input
 //! pairs holding the 64 outputs' two weights side by side, so one 512-bit load gives 16 outputs'
-//! pair and a product needs no horizontal sum: each 32-bit lane is one output. A lane then
+//! pair (a 256-bit load 8 outputs') and a product needs no horizontal sum: each 32-bit lane is
+//! one output. A lane then
 //! receives every input's product; the integer sums are moved into f32 every
 //! [`PAIRS_PER_FLUSH`] input pairs, before they could overflow (2·32·2047·8191 < 2³¹).
 //!
-//! x86-64 with AVX-512 F, BW and VNNI only (checked once at run time); elsewhere [`product`]
-//! answers `false` and the caller multiplies in f32.
+//! Both kernels give the same sums bit for bit. x86-64 only (the CPU checked once at run time);
+//! elsewhere [`product`] answers `false` and the caller multiplies in f32.
 
 use std::sync::OnceLock;
 
@@ -93,25 +94,55 @@ fn quantize_row(row: &[f32], steps: f32, out: &mut [i16]) -> Option<f32> {
     Some(scale)
 }
 
-/// Whether this CPU has the instructions [`product`] needs (checked once).
-pub fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
+/// The instructions a product runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512 VNNI's `vpdpwssd`: 32 multiply-adds per instruction, 6 rows × 64 outputs a tile.
+    Vnni,
+    /// AVX2's `vpmaddwd` and `vpaddd`: 16 multiply-adds per two instructions, 3 rows × 32
+    /// outputs a tile (16 vector registers).
+    Avx2,
+}
+
+impl Kernel {
+    /// Whether this CPU runs the kernel.
+    pub fn runs_here(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Kernel::Vnni => has!("avx512f") && has!("avx512bw") && has!("avx512vnni"),
+                Kernel::Avx2 => has!("avx2") && has!("fma"),
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
+            let _ = self;
             false
         }
+    }
+}
+
+/// The kernel products run on here: the widest this CPU has, checked once. The environment
+/// variable `PG_SKILLS_INT16_KERNEL=avx2` picks AVX2 on a CPU that has both (to measure it).
+pub fn kernel() -> Option<Kernel> {
+    static KERNEL: OnceLock<Option<Kernel>> = OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        let forced = std::env::var("PG_SKILLS_INT16_KERNEL").ok();
+        [Kernel::Vnni, Kernel::Avx2]
+            .into_iter()
+            .filter(|k| forced.as_deref() != Some("avx2") || *k == Kernel::Avx2)
+            .find(|k| k.runs_here())
     })
 }
 
+/// Whether this CPU has the instructions [`product`] needs (checked once).
+pub fn available() -> bool {
+    kernel().is_some()
+}
+
 /// out[r][o] += Σ_k input[r][k]·weight[o][k] for `rows` rows, on rayon's threads; `out` already
-/// holds what is added to. Returns false, having done nothing, where the CPU lacks AVX-512 VNNI
+/// holds what is added to. Returns false, having done nothing, where the CPU has neither kernel
 /// or the product is not one this path takes (more than `max_rows` rows, an input that is not
 /// finite).
 pub fn product(
@@ -121,10 +152,25 @@ pub fn product(
     max_rows: usize,
     out: &mut [f32],
 ) -> bool {
+    match kernel() {
+        Some(kernel) => product_on(kernel, input, rows, weight, max_rows, out),
+        None => false,
+    }
+}
+
+/// As [`product`], on `kernel` (false where this CPU does not run it).
+pub fn product_on(
+    kernel: Kernel,
+    input: &[f32],
+    rows: usize,
+    weight: &QuantizedWeight,
+    max_rows: usize,
+    out: &mut [f32],
+) -> bool {
     let (inputs, outputs) = (weight.inputs, weight.outputs);
     assert_eq!(input.len(), rows * inputs);
     assert_eq!(out.len(), rows * outputs);
-    if rows == 0 || rows > max_rows || !available() {
+    if rows == 0 || rows > max_rows || !kernel.runs_here() {
         return false;
     }
     let mut x = vec![0i16; rows * inputs];
@@ -135,8 +181,14 @@ pub fn product(
         .zip(x.chunks_exact_mut(inputs))
         .zip(&mut x_scales)
     {
-        // SAFETY: the CPU has AVX-512 F and BW (available() above); q is as long as row.
-        match unsafe { vnni::quantize_row(row, INPUT_STEPS, q) } {
+        // SAFETY: the CPU runs `kernel` (checked above); q is as long as row.
+        let step = unsafe {
+            match kernel {
+                Kernel::Vnni => vnni::quantize_row(row, INPUT_STEPS, q),
+                Kernel::Avx2 => avx2::quantize_row(row, INPUT_STEPS, q),
+            }
+        };
+        match step {
             Some(step) => *scale = step,
             None => return false,
         }
@@ -155,11 +207,15 @@ pub fn product(
         (0..outputs.div_ceil(PANEL))
             .into_par_iter()
             .for_each(|panel| {
-                // SAFETY: the CPU has AVX-512 F, BW and VNNI (available() above); the lengths are
-                // asserted above and the packing holds whole panels; this task writes only the
-                // panel's columns of `out`, which no other task writes, and `out` outlives the
-                // parallel loop.
-                unsafe { vnni::panel(&job, panel, shared.at(0)) };
+                // SAFETY: the CPU runs `kernel` (checked above); the lengths are asserted above
+                // and the packing holds whole panels; this task writes only the panel's columns
+                // of `out`, which no other task writes, and `out` outlives the parallel loop.
+                unsafe {
+                    match kernel {
+                        Kernel::Vnni => vnni::panel(&job, panel, shared.at(0)),
+                        Kernel::Avx2 => avx2::panel(&job, panel, shared.at(0)),
+                    }
+                };
             });
         true
     }
@@ -336,6 +392,177 @@ mod vnni {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Job, PAIRS_PER_FLUSH, PANEL};
+
+    /// Vectors of 8 outputs a tile covers: half a panel.
+    const VECTORS: usize = 4;
+    /// Input rows per register tile: 3 × 4 sums, 3 broadcast input pairs and one product are
+    /// the 16 vector registers (the weights are read from L1 as operands).
+    const TILE_ROWS: usize = 3;
+
+    /// [`super::quantize_row`] in 16-value steps.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2; `out` is as long as `row`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_row(row: &[f32], steps: f32, out: &mut [i16]) -> Option<f32> {
+        debug_assert_eq!(row.len(), out.len());
+        let whole = row.len() / 16 * 16;
+        let sign = _mm256_set1_ps(-0.0);
+        let mut largest = _mm256_setzero_ps();
+        // Infinity and NaN have every exponent bit set; no finite value has.
+        let exponent = _mm256_set1_epi32(0x7f80_0000);
+        let mut not_finite = _mm256_setzero_si256();
+        let mut at = 0;
+        while at < whole {
+            for half in [at, at + 8] {
+                let v = _mm256_andnot_ps(sign, _mm256_loadu_ps(row.as_ptr().add(half)));
+                let bits = _mm256_and_si256(_mm256_castps_si256(v), exponent);
+                not_finite = _mm256_or_si256(not_finite, _mm256_cmpeq_epi32(bits, exponent));
+                largest = _mm256_max_ps(largest, v);
+            }
+            at += 16;
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), largest);
+        let mut largest = lanes.iter().fold(0f32, |m, &v| m.max(v));
+        for v in &row[whole..] {
+            if !v.is_finite() {
+                return None;
+            }
+            largest = largest.max(v.abs());
+        }
+        if _mm256_testz_si256(not_finite, not_finite) == 0 {
+            return None;
+        }
+        if largest == 0.0 {
+            out.fill(0);
+            return Some(0.0);
+        }
+        let inverse = steps / largest;
+        let scale = _mm256_set1_ps(inverse);
+        let mut at = 0;
+        while at < whole {
+            // Round to nearest (even), then narrow 16 values: packs interleaves the 128-bit
+            // halves, the permute puts them back in order.
+            let a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row.as_ptr().add(at)), scale));
+            let b = _mm256_cvtps_epi32(_mm256_mul_ps(
+                _mm256_loadu_ps(row.as_ptr().add(at + 8)),
+                scale,
+            ));
+            let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(a, b));
+            _mm256_storeu_si256(out.as_mut_ptr().add(at) as *mut __m256i, packed);
+            at += 16;
+        }
+        for (q, v) in out[whole..].iter_mut().zip(&row[whole..]) {
+            *q = (v * inverse).round_ties_even() as i16;
+        }
+        Some(largest / steps)
+    }
+
+    /// As the VNNI kernel's `panel`: out[r][o] += x[r]·w[o] for every row and every output of
+    /// `panel`, blocked by [`PAIRS_PER_FLUSH`] input pairs.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; otherwise as the VNNI kernel's `panel`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn panel(job: &Job, panel: usize, out: *mut f32) {
+        let w = job.weight;
+        let pairs = w.inputs / 2;
+        let mut sums = vec![0f32; job.rows * PANEL];
+        let mut k = 0;
+        while k < pairs {
+            let block = (pairs - k).min(PAIRS_PER_FLUSH);
+            for half in 0..PANEL / (8 * VECTORS) {
+                let mut r = 0;
+                while r < job.rows {
+                    let height = (job.rows - r).min(TILE_ROWS);
+                    tile(job, panel, half, k..k + block, r, height, sums.as_mut_ptr());
+                    r += height;
+                }
+            }
+            k += block;
+        }
+        let first = panel * PANEL;
+        let width = (w.outputs - first).min(PANEL);
+        for (r, row_sums) in sums.chunks_exact(PANEL).enumerate() {
+            let x_scale = job.x_scales[r];
+            let row = out.add(r * w.outputs + first);
+            if width == PANEL {
+                let x_scale = _mm256_set1_ps(x_scale);
+                for v in 0..PANEL / 8 {
+                    let sum = _mm256_loadu_ps(row_sums.as_ptr().add(v * 8));
+                    let scales = _mm256_loadu_ps(w.scales.as_ptr().add(first + v * 8));
+                    let at = row.add(v * 8);
+                    // Multiply, then add (no FMA): the same rounding as the VNNI kernel.
+                    let value = _mm256_mul_ps(sum, _mm256_mul_ps(scales, x_scale));
+                    _mm256_storeu_ps(at, _mm256_add_ps(_mm256_loadu_ps(at), value));
+                }
+            } else {
+                // The last panel of a layer may hold fewer than 64 outputs.
+                for (j, &sum) in row_sums.iter().enumerate().take(width) {
+                    *row.add(j) += sum * (w.scales[first + j] * x_scale);
+                }
+            }
+        }
+    }
+
+    /// Rows r..r+height (height ≤ 3) against outputs 32·half..32·half+32 of the panel over the
+    /// input pairs of `block`, added to `sums` (rows × 64 floats).
+    ///
+    /// # Safety
+    /// As [`panel`], with r+height ≤ rows, half < 2, `block` within the input pairs and at most
+    /// [`PAIRS_PER_FLUSH`] long, and `sums` pointing to rows × 64 floats.
+    // Index loops: the sums stay in registers as a fixed grid.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile(
+        job: &Job,
+        panel: usize,
+        half: usize,
+        block: std::ops::Range<usize>,
+        r: usize,
+        height: usize,
+        sums: *mut f32,
+    ) {
+        let w = job.weight;
+        let (inputs, pairs) = (w.inputs, w.inputs / 2);
+        let xs: [*const i32; TILE_ROWS] = std::array::from_fn(|i| {
+            job.x.as_ptr().add((r + i.min(height - 1)) * inputs) as *const i32
+        });
+        let weights = w
+            .packed
+            .as_ptr()
+            .add(panel * pairs * PANEL * 2 + half * VECTORS * 8 * 2);
+        let mut acc = [[_mm256_setzero_si256(); VECTORS]; TILE_ROWS];
+        for kk in block {
+            let pairs_of_rows: [__m256i; TILE_ROWS] =
+                std::array::from_fn(|i| _mm256_set1_epi32(xs[i].add(kk).read_unaligned()));
+            for v in 0..VECTORS {
+                let wv = _mm256_loadu_si256(weights.add((kk * PANEL + v * 8) * 2) as *const _);
+                for i in 0..TILE_ROWS {
+                    acc[i][v] =
+                        _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(pairs_of_rows[i], wv));
+                }
+            }
+        }
+        for (i, row_acc) in acc.iter().enumerate().take(height) {
+            let row = sums.add((r + i) * PANEL + half * VECTORS * 8);
+            for (v, &a) in row_acc.iter().enumerate() {
+                let at = row.add(v * 8);
+                _mm256_storeu_ps(
+                    at,
+                    _mm256_add_ps(_mm256_loadu_ps(at), _mm256_cvtepi32_ps(a)),
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,13 +584,33 @@ mod tests {
         (0..n).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect()
     }
 
+    /// The kernels this CPU runs (none: the tests say so and check nothing else).
+    fn kernels_here() -> Vec<Kernel> {
+        let here: Vec<Kernel> = [Kernel::Vnni, Kernel::Avx2]
+            .into_iter()
+            .filter(|k| k.runs_here())
+            .collect();
+        if here.is_empty() {
+            eprintln!("neither AVX-512 VNNI nor AVX2 here: the 16-bit product is not used");
+        }
+        here
+    }
+
+    fn quantize_on(kernel: Kernel, row: &[f32], out: &mut [i16]) -> Option<f32> {
+        assert!(kernel.runs_here());
+        // SAFETY: the CPU runs the kernel (asserted); the lengths match (callers).
+        unsafe {
+            match kernel {
+                Kernel::Vnni => vnni::quantize_row(row, INPUT_STEPS, out),
+                Kernel::Avx2 => avx2::quantize_row(row, INPUT_STEPS, out),
+            }
+        }
+    }
+
     #[test]
     fn agrees_with_the_exact_product_within_the_grid_for_every_tile_shape() {
-        if !available() {
-            eprintln!("no AVX-512 VNNI here: the 16-bit product is not used");
-            return;
-        }
-        // Rows and outputs that leave short tiles (rows % 4, outputs % 6 and % 64 non-zero).
+        let kernels = kernels_here();
+        // Rows and outputs that leave short tiles (rows % 6, rows % 3, outputs % 64 non-zero).
         for (rows, inputs, outputs) in [
             (1, 32, 1),
             (2, 64, 5),
@@ -377,9 +624,23 @@ mod tests {
             let start = values(rows * outputs, 7);
             let mut want = start.clone();
             reference(&input, rows, &weight, inputs, &mut want);
-            let mut got = start.clone();
             let q = QuantizedWeight::new(&weight, inputs, outputs).unwrap();
-            assert!(product(&input, rows, &q, 256, &mut got));
+            let results: Vec<Vec<f32>> = kernels
+                .iter()
+                .map(|&kernel| {
+                    let mut got = start.clone();
+                    assert!(product_on(kernel, &input, rows, &q, 256, &mut got));
+                    got
+                })
+                .collect();
+            // The integer sums are exact and both kernels round the rest alike.
+            for other in results.iter().skip(1) {
+                assert_eq!(
+                    other, &results[0],
+                    "{rows}×{inputs}→{outputs}: kernels differ"
+                );
+            }
+            let Some(got) = results.first() else { return };
             // Each product is off by at most half a step of each operand (1/4094 and 1/16382 of
             // its row's largest magnitude, here ≤ 1, times the other operand, ≤ 1): a sum of
             // `inputs` of them, plus f32 rounding.
@@ -399,49 +660,45 @@ mod tests {
 
     #[test]
     fn inputs_are_quantised_as_the_weights_are() {
-        if !available() {
-            return;
-        }
-        for len in [1, 15, 16, 37, 384] {
-            let mut row = values(len, len as u64);
-            row[len / 2] = 0.5; // a tie on the grid of some rows: both round it the same way
-            let (mut scalar, mut vector) = (vec![0i16; len], vec![0i16; len]);
-            let a = quantize_row(&row, INPUT_STEPS, &mut scalar);
-            // SAFETY: available() says the CPU has AVX-512; the lengths match.
-            let b = unsafe { vnni::quantize_row(&row, INPUT_STEPS, &mut vector) };
-            assert_eq!(a, b, "{len}");
-            assert_eq!(scalar, vector, "{len}");
-            assert_eq!(scalar.iter().map(|v| v.abs()).max(), Some(8191));
-            row[len - 1] = f32::NAN;
-            // SAFETY: as above.
-            assert_eq!(
-                unsafe { vnni::quantize_row(&row, INPUT_STEPS, &mut vector) },
-                None
-            );
-            row[len - 1] = f32::NEG_INFINITY;
-            // SAFETY: as above.
-            assert_eq!(
-                unsafe { vnni::quantize_row(&row, INPUT_STEPS, &mut vector) },
-                None
-            );
+        for kernel in kernels_here() {
+            for len in [1, 15, 16, 37, 384] {
+                let mut row = values(len, len as u64);
+                row[len / 2] = 0.5; // a tie on the grid of some rows: both round it alike
+                let (mut scalar, mut vector) = (vec![0i16; len], vec![0i16; len]);
+                let a = quantize_row(&row, INPUT_STEPS, &mut scalar);
+                let b = quantize_on(kernel, &row, &mut vector);
+                assert_eq!(a, b, "{kernel:?} {len}");
+                assert_eq!(scalar, vector, "{kernel:?} {len}");
+                assert_eq!(scalar.iter().map(|v| v.abs()).max(), Some(8191));
+                for bad in [f32::NAN, f32::NEG_INFINITY] {
+                    // Not finite, in the vector part and in the tail.
+                    for at in [0, len - 1] {
+                        let mut row = row.clone();
+                        row[at] = bad;
+                        assert_eq!(quantize_on(kernel, &row, &mut vector), None, "{kernel:?}");
+                    }
+                }
+            }
         }
     }
 
     #[test]
     fn the_largest_magnitudes_do_not_overflow() {
-        if !available() {
-            return;
-        }
         // Every product at the top of both grids, all of one sign: the worst case per lane.
         let (rows, inputs, outputs) = (3, 4096, 2);
         let input = vec![-1.5f32; rows * inputs];
         let weight = vec![0.25f32; outputs * inputs];
-        let mut out = vec![0f32; rows * outputs];
         let q = QuantizedWeight::new(&weight, inputs, outputs).unwrap();
-        assert!(product(&input, rows, &q, 256, &mut out));
-        let want = -1.5 * 0.25 * inputs as f32;
-        for v in out {
-            assert!((v - want).abs() < 1e-3 * want.abs(), "{v} vs {want}");
+        for kernel in kernels_here() {
+            let mut out = vec![0f32; rows * outputs];
+            assert!(product_on(kernel, &input, rows, &q, 256, &mut out));
+            let want = -1.5 * 0.25 * inputs as f32;
+            for v in out {
+                assert!(
+                    (v - want).abs() < 1e-3 * want.abs(),
+                    "{kernel:?}: {v} vs {want}"
+                );
+            }
         }
     }
 
@@ -464,12 +721,11 @@ mod tests {
 
     #[test]
     fn a_row_of_zeros_gives_exactly_what_was_there() {
-        if !available() {
-            return;
-        }
         let q = QuantizedWeight::new(&values(64 * 3, 9), 64, 3).unwrap();
-        let mut out = vec![0.5, -2.0, 3.0];
-        assert!(product(&[0.0; 64], 1, &q, 256, &mut out));
-        assert_eq!(out, [0.5, -2.0, 3.0]);
+        for kernel in kernels_here() {
+            let mut out = vec![0.5, -2.0, 3.0];
+            assert!(product_on(kernel, &[0.0; 64], 1, &q, 256, &mut out));
+            assert_eq!(out, [0.5, -2.0, 3.0], "{kernel:?}");
+        }
     }
 }
