@@ -167,10 +167,18 @@ mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn reference(input: &[f32], rows: usize, weight: &[f32], inputs: usize, out: &mut [f32]) {
+    /// out[r][o] += input[r]·weight[o] in f64: the definition the fast products are checked
+    /// against.
+    pub(in crate::encoder) fn reference(
+        input: &[f32],
+        rows: usize,
+        weight: &[f32],
+        inputs: usize,
+        out: &mut [f32],
+    ) {
         let outputs = weight.len() / inputs;
         for r in 0..rows {
             for o in 0..outputs {

@@ -233,6 +233,16 @@ struct Job<'a> {
     weight: &'a QuantizedWeight,
 }
 
+impl Job<'_> {
+    /// Where the input pairs of rows r..r+N start, each pair read as one 32-bit value (the rows
+    /// are 2-byte aligned: read them unaligned); rows past r+height repeat the last row.
+    #[cfg(target_arch = "x86_64")]
+    fn row_pairs<const N: usize>(&self, r: usize, height: usize) -> [*const i32; N] {
+        let inputs = self.weight.inputs;
+        std::array::from_fn(|i| self.x[(r + i.min(height - 1)) * inputs..].as_ptr() as *const i32)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use std::arch::x86_64::*;
@@ -361,11 +371,8 @@ mod vnni {
         sums: *mut f32,
     ) {
         let w = job.weight;
-        let (inputs, pairs) = (w.inputs, w.inputs / 2);
-        // Input pairs of each row, read as one 32-bit value each (2-byte aligned: unaligned reads).
-        let xs: [*const i32; TILE_ROWS] = std::array::from_fn(|i| {
-            job.x.as_ptr().add((r + i.min(height - 1)) * inputs) as *const i32
-        });
+        let pairs = w.inputs / 2;
+        let xs: [*const i32; TILE_ROWS] = job.row_pairs(r, height);
         let weights = w.packed.as_ptr().add(panel * pairs * PANEL * 2);
         let mut acc = [[_mm512_setzero_si512(); VECTORS]; TILE_ROWS];
         for kk in block {
@@ -530,10 +537,8 @@ mod avx2 {
         sums: *mut f32,
     ) {
         let w = job.weight;
-        let (inputs, pairs) = (w.inputs, w.inputs / 2);
-        let xs: [*const i32; TILE_ROWS] = std::array::from_fn(|i| {
-            job.x.as_ptr().add((r + i.min(height - 1)) * inputs) as *const i32
-        });
+        let pairs = w.inputs / 2;
+        let xs: [*const i32; TILE_ROWS] = job.row_pairs(r, height);
         let weights = w
             .packed
             .as_ptr()
@@ -565,19 +570,8 @@ mod avx2 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::few_rows::tests::reference;
     use super::*;
-
-    fn reference(input: &[f32], rows: usize, weight: &[f32], inputs: usize, out: &mut [f32]) {
-        let outputs = weight.len() / inputs;
-        for r in 0..rows {
-            for o in 0..outputs {
-                let dot: f64 = (0..inputs)
-                    .map(|k| input[r * inputs + k] as f64 * weight[o * inputs + k] as f64)
-                    .sum();
-                out[r * outputs + o] += dot as f32;
-            }
-        }
-    }
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = crate::rng::SplitMix64(seed);
