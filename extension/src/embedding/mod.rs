@@ -170,9 +170,10 @@ fn embed(text: &str) -> Vec<f32> {
         .remove(0)
 }
 
-/// Query keys this backend computed lately, by model folder, precision and text. A query key depends on
-/// nothing else (queries never go through the compressor), and agents repeat queries (a search,
-/// then its context; one task asked with several methods): the encoder is most of a search's time.
+/// Query keys this backend computed lately, by model folder, precision and text. A query key
+/// depends on nothing else (queries never go through the compressor), and agents repeat queries
+/// (a search, then its context; one task asked with several methods): the encoder is most of a
+/// search's time.
 /// The least recently used key goes first; 2,048 keys are about 4.5 MB. A request of several
 /// parts keeps a key for each part, so this holds the parts of several hundred requests.
 const QUERY_KEY_CACHE_ENTRIES: std::num::NonZeroUsize = std::num::NonZeroUsize::new(2048).unwrap();
