@@ -418,7 +418,7 @@ impl Dense {
                 }
             }
         }
-        if precision == Precision::Int16 && rows <= super::few_rows::MAX_ROWS {
+        if precision == Precision::Int16 {
             if let Some(quantized) = self.quantized() {
                 if int16_rows::product(input, rows, quantized, super::few_rows::MAX_ROWS, out) {
                     return;

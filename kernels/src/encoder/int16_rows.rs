@@ -11,9 +11,8 @@
 //! Layout: the weights are packed once into panels of 64 outputs, each panel a run of input
 //! pairs holding the 64 outputs' two weights side by side, so one 512-bit load gives 16 outputs'
 //! pair (a 256-bit load 8 outputs') and a product needs no horizontal sum: each 32-bit lane is
-//! one output. A lane then
-//! receives every input's product; the integer sums are moved into f32 every
-//! [`PAIRS_PER_FLUSH`] input pairs, before they could overflow (2·32·2047·8191 < 2³¹).
+//! one output. A lane then receives every input's product; the integer sums are moved into f32
+//! every [`PAIRS_PER_FLUSH`] input pairs, before they could overflow (2·32·2047·8191 < 2³¹).
 //!
 //! Both kernels give the same sums bit for bit. x86-64 only (the CPU checked once at run time);
 //! elsewhere [`product`] answers `false` and the caller multiplies in f32.
@@ -96,7 +95,7 @@ fn quantize_row(row: &[f32], steps: f32, out: &mut [i16]) -> Option<f32> {
 
 /// The instructions a product runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kernel {
+enum Kernel {
     /// AVX-512 VNNI's `vpdpwssd`: 32 multiply-adds per instruction, 6 rows × 64 outputs a tile.
     Vnni,
     /// AVX2's `vpmaddwd` and `vpaddd`: 16 multiply-adds per two instructions, 3 rows × 32
@@ -106,13 +105,13 @@ pub enum Kernel {
 
 impl Kernel {
     /// Whether this CPU runs the kernel.
-    pub fn runs_here(self) -> bool {
+    fn runs_here(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
             match self {
                 Kernel::Vnni => has!("avx512f") && has!("avx512bw") && has!("avx512vnni"),
-                Kernel::Avx2 => has!("avx2") && has!("fma"),
+                Kernel::Avx2 => super::fastmath::has_avx2_fma(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -125,7 +124,7 @@ impl Kernel {
 
 /// The kernel products run on here: the widest this CPU has, checked once. The environment
 /// variable `PG_SKILLS_INT16_KERNEL=avx2` picks AVX2 on a CPU that has both (to measure it).
-pub fn kernel() -> Option<Kernel> {
+fn kernel() -> Option<Kernel> {
     static KERNEL: OnceLock<Option<Kernel>> = OnceLock::new();
     *KERNEL.get_or_init(|| {
         let forced = std::env::var("PG_SKILLS_INT16_KERNEL").ok();
@@ -159,7 +158,7 @@ pub fn product(
 }
 
 /// As [`product`], on `kernel` (false where this CPU does not run it).
-pub fn product_on(
+fn product_on(
     kernel: Kernel,
     input: &[f32],
     rows: usize,
@@ -210,12 +209,7 @@ pub fn product_on(
                 // SAFETY: the CPU runs `kernel` (checked above); the lengths are asserted above
                 // and the packing holds whole panels; this task writes only the panel's columns
                 // of `out`, which no other task writes, and `out` outlives the parallel loop.
-                unsafe {
-                    match kernel {
-                        Kernel::Vnni => vnni::panel(&job, panel, shared.at(0)),
-                        Kernel::Avx2 => avx2::panel(&job, panel, shared.at(0)),
-                    }
-                };
+                unsafe { add_panel(kernel, &job, panel, shared.at(0)) };
             });
         true
     }
@@ -243,11 +237,52 @@ impl Job<'_> {
     }
 }
 
+/// out[r][o] += x[r]·w[o] for every row r and every output o of `panel`.
+///
+/// Blocked by input pairs: a block of [`PAIRS_PER_FLUSH`] pairs of the panel (8 KB) is read from
+/// memory once and used from L1 by every row tile of the kernel, its integer sums added to the
+/// f32 sums of each row (rows × 64 floats, also in L1) before the next block. The sums are then
+/// scaled and added to `out`: multiply, then add, so both kernels round alike.
+///
+/// # Safety
+/// The CPU runs `kernel`; `job.x` is rows × inputs and `job.weight` holds `panel`; `out` points
+/// to rows × outputs floats; no other thread touches the panel's columns of `out` meanwhile.
+#[cfg(target_arch = "x86_64")]
+unsafe fn add_panel(kernel: Kernel, job: &Job, panel: usize, out: *mut f32) {
+    let w = job.weight;
+    let pairs = w.inputs / 2;
+    let mut sums = vec![0f32; job.rows * PANEL];
+    let mut k = 0;
+    while k < pairs {
+        let block = k..(k + PAIRS_PER_FLUSH).min(pairs);
+        k = block.end;
+        // SAFETY: as this function's; `block` lies within the pairs and holds at most
+        // PAIRS_PER_FLUSH of them; `sums` is rows × 64.
+        unsafe {
+            match kernel {
+                Kernel::Vnni => vnni::add_block(job, panel, block, &mut sums),
+                Kernel::Avx2 => avx2::add_block(job, panel, block, &mut sums),
+            }
+        }
+    }
+    let first = panel * PANEL;
+    let width = (w.outputs - first).min(PANEL);
+    for (r, row_sums) in sums.chunks_exact(PANEL).enumerate() {
+        let x_scale = job.x_scales[r];
+        // SAFETY: row r's columns first..first+width lie in `out` (rows × outputs), and only
+        // this task writes them.
+        let row = unsafe { std::slice::from_raw_parts_mut(out.add(r * w.outputs + first), width) };
+        for ((o, &sum), &scale) in row.iter_mut().zip(row_sums).zip(&w.scales[first..]) {
+            *o += sum * (scale * x_scale);
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{Job, PAIRS_PER_FLUSH, PANEL};
+    use super::{Job, PANEL};
 
     /// [`super::quantize_row`] in 16-lane steps (an input row is quantised for every product).
     ///
@@ -302,55 +337,25 @@ mod vnni {
     /// are 29 of the 32 vector registers.
     const TILE_ROWS: usize = 6;
 
-    /// out[r][o] += x[r]·w[o] for every row r and every output o of `panel`.
-    ///
-    /// Blocked by input pairs: a block of [`PAIRS_PER_FLUSH`] pairs of the panel (8 KB) is read
-    /// from memory once and used from L1 by every row tile, its integer sums added to the f32
-    /// sums of each row (rows × 64 floats, also in L1) before the next block.
+    /// The integer sums of every row against the panel's 64 outputs over the input pairs of
+    /// `block`, added to `sums` (rows × 64 floats), in tiles of 6 rows.
     ///
     /// # Safety
     /// The CPU supports AVX-512 F, BW and VNNI; `job.x` is rows × inputs and `job.weight` holds
-    /// `panel`; `out` points to rows × outputs floats; no other thread touches the panel's
-    /// columns of `out` meanwhile.
+    /// `panel`; `block` lies within the input pairs and is at most [`super::PAIRS_PER_FLUSH`] long.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn panel(job: &Job, panel: usize, out: *mut f32) {
-        let w = job.weight;
-        let pairs = w.inputs / 2;
-        let mut sums = vec![0f32; job.rows * PANEL];
-        let mut k = 0;
-        while k < pairs {
-            let block = (pairs - k).min(PAIRS_PER_FLUSH);
-            let mut r = 0;
-            while r < job.rows {
-                let height = (job.rows - r).min(TILE_ROWS);
-                tile(job, panel, k..k + block, r, height, sums.as_mut_ptr());
-                r += height;
-            }
-            k += block;
-        }
-        let first = panel * PANEL;
-        let width = (w.outputs - first).min(PANEL);
-        for (r, row_sums) in sums.chunks_exact(PANEL).enumerate() {
-            let x_scale = _mm512_set1_ps(job.x_scales[r]);
-            let row = out.add(r * w.outputs + first);
-            for v in 0..VECTORS {
-                let lanes = width.saturating_sub(v * 16).min(16);
-                if lanes == 0 {
-                    break;
-                }
-                let sum = _mm512_loadu_ps(row_sums.as_ptr().add(v * 16));
-                let scales = _mm512_loadu_ps(w.scales.as_ptr().add(first + v * 16));
-                let value = _mm512_mul_ps(sum, _mm512_mul_ps(scales, x_scale));
-                // Masked: the last panel of a layer may hold fewer than 64 outputs.
-                let mask: __mmask16 = if lanes == 16 {
-                    0xffff
-                } else {
-                    (1u16 << lanes) - 1
-                };
-                let at = row.add(v * 16);
-                let old = _mm512_maskz_loadu_ps(mask, at);
-                _mm512_mask_storeu_ps(at, mask, _mm512_add_ps(old, value));
-            }
+    pub unsafe fn add_block(
+        job: &Job,
+        panel: usize,
+        block: std::ops::Range<usize>,
+        sums: &mut [f32],
+    ) {
+        assert_eq!(sums.len(), job.rows * PANEL);
+        let mut r = 0;
+        while r < job.rows {
+            let height = (job.rows - r).min(TILE_ROWS);
+            tile(job, panel, block.clone(), r, height, sums.as_mut_ptr());
+            r += height;
         }
     }
 
@@ -359,8 +364,7 @@ mod vnni {
     /// spare registers and do not store it.
     ///
     /// # Safety
-    /// As [`panel`], with r+height ≤ rows, `block` within the input pairs and at most
-    /// [`PAIRS_PER_FLUSH`] long, and `sums` pointing to rows × 64 floats.
+    /// As [`add_block`], with r+height ≤ rows and `sums` pointing to rows × 64 floats.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn tile(
         job: &Job,
@@ -403,7 +407,7 @@ mod vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Job, PAIRS_PER_FLUSH, PANEL};
+    use super::{Job, PANEL};
 
     /// Vectors of 8 outputs a tile covers: half a panel.
     const VECTORS: usize = 4;
@@ -471,49 +475,32 @@ mod avx2 {
         Some(largest / steps)
     }
 
-    /// As the VNNI kernel's `panel`: out[r][o] += x[r]·w[o] for every row and every output of
-    /// `panel`, blocked by [`PAIRS_PER_FLUSH`] input pairs.
+    /// As the VNNI kernel's `add_block`, in tiles of 3 rows and 32 outputs.
     ///
     /// # Safety
-    /// The CPU supports AVX2 and FMA; otherwise as the VNNI kernel's `panel`.
+    /// The CPU supports AVX2 and FMA; otherwise as the VNNI kernel's `add_block`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn panel(job: &Job, panel: usize, out: *mut f32) {
-        let w = job.weight;
-        let pairs = w.inputs / 2;
-        let mut sums = vec![0f32; job.rows * PANEL];
-        let mut k = 0;
-        while k < pairs {
-            let block = (pairs - k).min(PAIRS_PER_FLUSH);
-            for half in 0..PANEL / (8 * VECTORS) {
-                let mut r = 0;
-                while r < job.rows {
-                    let height = (job.rows - r).min(TILE_ROWS);
-                    tile(job, panel, half, k..k + block, r, height, sums.as_mut_ptr());
-                    r += height;
-                }
-            }
-            k += block;
-        }
-        let first = panel * PANEL;
-        let width = (w.outputs - first).min(PANEL);
-        for (r, row_sums) in sums.chunks_exact(PANEL).enumerate() {
-            let x_scale = job.x_scales[r];
-            let row = out.add(r * w.outputs + first);
-            if width == PANEL {
-                let x_scale = _mm256_set1_ps(x_scale);
-                for v in 0..PANEL / 8 {
-                    let sum = _mm256_loadu_ps(row_sums.as_ptr().add(v * 8));
-                    let scales = _mm256_loadu_ps(w.scales.as_ptr().add(first + v * 8));
-                    let at = row.add(v * 8);
-                    // Multiply, then add (no FMA): the same rounding as the VNNI kernel.
-                    let value = _mm256_mul_ps(sum, _mm256_mul_ps(scales, x_scale));
-                    _mm256_storeu_ps(at, _mm256_add_ps(_mm256_loadu_ps(at), value));
-                }
-            } else {
-                // The last panel of a layer may hold fewer than 64 outputs.
-                for (j, &sum) in row_sums.iter().enumerate().take(width) {
-                    *row.add(j) += sum * (w.scales[first + j] * x_scale);
-                }
+    pub unsafe fn add_block(
+        job: &Job,
+        panel: usize,
+        block: std::ops::Range<usize>,
+        sums: &mut [f32],
+    ) {
+        assert_eq!(sums.len(), job.rows * PANEL);
+        for half in 0..PANEL / (8 * VECTORS) {
+            let mut r = 0;
+            while r < job.rows {
+                let height = (job.rows - r).min(TILE_ROWS);
+                tile(
+                    job,
+                    panel,
+                    half,
+                    block.clone(),
+                    r,
+                    height,
+                    sums.as_mut_ptr(),
+                );
+                r += height;
             }
         }
     }
@@ -522,8 +509,7 @@ mod avx2 {
     /// input pairs of `block`, added to `sums` (rows × 64 floats).
     ///
     /// # Safety
-    /// As [`panel`], with r+height ≤ rows, half < 2, `block` within the input pairs and at most
-    /// [`PAIRS_PER_FLUSH`] long, and `sums` pointing to rows × 64 floats.
+    /// As [`add_block`], with r+height ≤ rows, half < 2 and `sums` pointing to rows × 64 floats.
     // Index loops: the sums stay in registers as a fixed grid.
     #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma")]
