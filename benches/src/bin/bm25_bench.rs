@@ -25,8 +25,8 @@ use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
 #[derive(Parser)]
 struct Args {
     /// Server to run on (a database pgs_bm25_bench is created there and dropped after).
-    #[arg(long)]
-    dsn: String,
+    #[arg(long, required_unless_present = "in_process")]
+    dsn: Option<String>,
     /// Corpus sizes.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
     sizes: Vec<usize>,
@@ -48,9 +48,23 @@ struct Args {
     /// Time only pg_skills (no FTS, no tantivy): for profiling.
     #[arg(long)]
     bm25_only: bool,
+    /// Leave out built-in FTS (pg_skills and tantivy only; at 1M one FTS query takes seconds).
+    #[arg(long)]
+    no_fts: bool,
     /// Keep the database pgs_bm25_bench after the last size (for profiling by hand).
     #[arg(long)]
     keep: bool,
+    /// Run every pg_skills query once, untimed, before timing them (the connection's caches
+    /// warm, as tantivy's are after its build).
+    #[arg(long)]
+    warm: bool,
+    /// No server: the index's own search (the kernel, pages in memory) against tantivy, both
+    /// in this process on the same documents and queries — the algorithm without SQL.
+    #[arg(long)]
+    in_process: bool,
+    /// Passes over the queries in `--in-process` (the first warms caches; the last is timed).
+    #[arg(long, default_value_t = 3)]
+    passes: usize,
 }
 
 use pg_skills_kernels::rng::SplitMix64 as Rng;
@@ -194,7 +208,15 @@ fn main() {
         })
         .collect();
 
-    let mut admin = Client::connect(&args.dsn, NoTls).expect("connect");
+    if args.in_process {
+        for &n in &args.sizes {
+            let docs = synthetic(&base, &vocab, n);
+            println!("{}", in_process(&docs, &queries, &query_terms, args.passes));
+        }
+        return;
+    }
+    let dsn = args.dsn.clone().expect("--dsn");
+    let mut admin = Client::connect(&dsn, NoTls).expect("connect");
     let mut report = String::new();
     for &n in &args.sizes {
         eprintln!("== {n} documents");
@@ -205,7 +227,7 @@ fn main() {
         admin
             .batch_execute("CREATE DATABASE pgs_bm25_bench")
             .unwrap();
-        let dsn_db = format!("{} dbname=pgs_bm25_bench", args.dsn);
+        let dsn_db = format!("{dsn} dbname=pgs_bm25_bench");
         let mut db = Client::connect(&dsn_db, NoTls).unwrap();
         db.batch_execute(
             "CREATE EXTENSION pg_skills;
@@ -248,7 +270,8 @@ fn main() {
         db.batch_execute("CREATE INDEX bench_bm25 ON skills.skill USING bm25 ((ARRAY[name, description, instructions]))").unwrap();
         let bm25_build = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        db.batch_execute(if args.bm25_only { "" } else {
+        let fts = !(args.bm25_only || args.no_fts);
+        db.batch_execute(if !fts { "" } else {
             "CREATE TABLE fts AS SELECT id, to_tsvector('english', name || ' ' || description || ' ' || instructions) AS tsv FROM skills.skill;
              CREATE INDEX fts_gin ON fts USING gin (tsv); ANALYZE fts;"
         })
@@ -293,7 +316,7 @@ fn main() {
                  skills.bm25query($1, 'skills.bench_bm25') LIMIT 10",
             )
             .unwrap();
-        let fts_stmt = (!args.bm25_only).then(|| db
+        let fts_stmt = fts.then(|| db
             .prepare("SELECT id FROM fts WHERE tsv @@ $1::text::tsquery ORDER BY ts_rank_cd(tsv, $1::text::tsquery) DESC LIMIT 10")
             .unwrap());
         let tsqs: Vec<String> = db
@@ -304,6 +327,11 @@ fn main() {
             .collect();
         let mut bm25_lat: HashMap<&str, Vec<f64>> = HashMap::new();
         let mut fts_lat: HashMap<&str, Vec<f64>> = HashMap::new();
+        if args.warm {
+            for q in &queries {
+                db.query(&bm25_stmt, &[q]).unwrap();
+            }
+        }
         for (i, q) in queries.iter().enumerate() {
             let t = Instant::now();
             db.query(&bm25_stmt, &[q]).unwrap();
@@ -367,13 +395,17 @@ fn main() {
                 clients,
                 args.pgbench_seconds,
             );
-            let f = pgbench(
-                &args.pg_config,
-                &pgbench_db,
-                &fts_script,
-                clients,
-                args.pgbench_seconds,
-            );
+            let f = if fts {
+                pgbench(
+                    &args.pg_config,
+                    &pgbench_db,
+                    &fts_script,
+                    clients,
+                    args.pgbench_seconds,
+                )
+            } else {
+                f64::NAN
+            };
             eprintln!("{clients} clients: bm25 {b:.1} QPS, FTS {f:.2} QPS");
             qps.push((clients, b, f));
         }
@@ -444,12 +476,113 @@ fn main() {
     println!("{report}");
 }
 
-fn tantivy_run(
-    docs: &[Doc],
-    queries: &[String],
-    query_terms: &[usize],
-) -> (f64, HashMap<&'static str, Vec<f64>>) {
-    use tantivy::collector::TopDocs;
+/// The kernel's index (pages in memory, built as CREATE INDEX builds it) against tantivy, both
+/// in this process, the same documents and queries, query by query alternating between them.
+fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: usize) -> String {
+    use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize, merge_all};
+    use pg_skills_kernels::bm25index::segment::SegmentBuilder;
+    use pg_skills_kernels::bm25index::{
+        analyze, query_terms as terms_of, try_prepare, DocTableCache, IndexOptions, NoReaders, Tid,
+    };
+    use pg_skills_kernels::page::MemoryStore;
+
+    let options = IndexOptions::default();
+    let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+    let t = Instant::now();
+    let store = MemoryStore::new(8192);
+    initialize(&store, options);
+    let mut builder = SegmentBuilder::new(options.weights_array());
+    for (i, d) in docs.iter().enumerate() {
+        let doc = analyze(
+            &mut analyzer,
+            [&d.name, &d.description, &d.instructions],
+            options.weights_array(),
+        );
+        let tid = Tid {
+            block: (i / 8) as u32,
+            offset: (i % 8) as u16 + 1,
+        };
+        builder.add(tid, &doc);
+    }
+    let segment = builder.write(&store);
+    add_segment(&store, segment, &NoReaders).unwrap();
+    merge_all(&store, &NoReaders).unwrap();
+    let kernel_build = t.elapsed().as_secs_f64();
+    let pages = store.num_pages();
+    let (tantivy_build, tantivy) = tantivy_index(docs);
+
+    let mut cache = DocTableCache::default();
+    let mut kernel_lat: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut tantivy_lat: HashMap<&str, Vec<f64>> = HashMap::new();
+    for pass in 0..passes.max(1) {
+        let last = pass + 1 == passes.max(1);
+        for (i, q) in queries.iter().enumerate() {
+            let t = Instant::now();
+            let terms = terms_of(&mut analyzer, q);
+            if !terms.is_empty() {
+                let hits = try_prepare(&store, &terms)
+                    .unwrap()
+                    .top_k_cached(10, &mut cache)
+                    .unwrap();
+                std::hint::black_box(hits);
+            }
+            let k = t.elapsed().as_secs_f64() * 1e3;
+            let t = Instant::now();
+            std::hint::black_box(tantivy.search(q));
+            let tv = t.elapsed().as_secs_f64() * 1e3;
+            if last {
+                let b = bucket(query_terms[i]);
+                kernel_lat.entry(b).or_default().push(k);
+                tantivy_lat.entry(b).or_default().push(tv);
+            }
+        }
+    }
+    let mut report = format!(
+        "\n### {} skills, in process: the index's search against tantivy\n\n\
+         Build: kernel {kernel_build:.1} s ({:.1} MB of pages), tantivy {tantivy_build:.1} s. \
+         Latency of top-10 (pass {passes} of {passes}), ms p50 / p95 / p99:\n\n\
+         | query length | queries | pg_skills index (kernel) | tantivy | p50 ratio |\n|---|---|---|---|---|\n",
+        docs.len(),
+        pages as f64 * 8192.0 / (1 << 20) as f64,
+    );
+    let mut buckets: Vec<(&str, Vec<f64>, Vec<f64>)> = ["1-3 terms", "4-6 terms", "7+ terms"]
+        .iter()
+        .filter_map(|b| Some((*b, kernel_lat.get(b)?.clone(), tantivy_lat.get(b)?.clone())))
+        .collect();
+    buckets.push((
+        "all",
+        kernel_lat.values().flatten().copied().collect(),
+        tantivy_lat.values().flatten().copied().collect(),
+    ));
+    for (b, kl, tl) in buckets {
+        let (k50, k95, k99) = latencies_ms(kl.clone());
+        let (t50, t95, t99) = latencies_ms(tl);
+        report += &format!(
+            "| {b} | {} | {k50:.3} / {k95:.3} / {k99:.3} | {t50:.3} / {t95:.3} / {t99:.3} | {:.2}× |\n",
+            kl.len(),
+            k50 / t50
+        );
+    }
+    report
+}
+
+/// tantivy over the same documents: one text field, the same analyzer, one writer thread.
+struct TantivyIndex {
+    searcher: tantivy::Searcher,
+    parser: tantivy::query::QueryParser,
+}
+
+impl TantivyIndex {
+    fn search(&self, q: &str) -> Vec<(tantivy::Score, tantivy::DocAddress)> {
+        use tantivy::collector::TopDocs;
+        let (query, _) = self.parser.parse_query_lenient(q);
+        self.searcher
+            .search(&query, &TopDocs::with_limit(10).order_by_score())
+            .unwrap()
+    }
+}
+
+fn tantivy_index(docs: &[Doc]) -> (f64, TantivyIndex) {
     use tantivy::query::QueryParser;
     use tantivy::schema::{IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
     use tantivy::{doc, Index};
@@ -479,13 +612,19 @@ fn tantivy_run(
     let reader = index.reader().unwrap();
     let searcher = reader.searcher();
     let parser = QueryParser::for_index(&index, vec![text]);
+    (build, TantivyIndex { searcher, parser })
+}
+
+fn tantivy_run(
+    docs: &[Doc],
+    queries: &[String],
+    query_terms: &[usize],
+) -> (f64, HashMap<&'static str, Vec<f64>>) {
+    let (build, index) = tantivy_index(docs);
     let mut lat: HashMap<&'static str, Vec<f64>> = HashMap::new();
     for (i, q) in queries.iter().enumerate() {
         let t = Instant::now();
-        let (query, _) = parser.parse_query_lenient(q);
-        let _hits = searcher
-            .search(&query, &TopDocs::with_limit(10).order_by_score())
-            .unwrap();
+        std::hint::black_box(index.search(q));
         lat.entry(bucket(query_terms[i]))
             .or_default()
             .push(t.elapsed().as_secs_f64() * 1e3);

@@ -341,6 +341,13 @@ impl<S: PageRead> PreparedQuery<'_, S> {
 
         let mut theta = f64::NAN;
         let mut essential = 0;
+        // The non-essential lists' block bounds at their current blocks and the first document
+        // past the earliest of those blocks: they hold for every candidate below it, so each
+        // candidate does not walk the non-essential lists again (recomputed when a candidate
+        // reaches it or when θ moves a list out of the essential ones).
+        let mut nonessential_bound = 0.0;
+        let mut nonessential_until = 0u32;
+        let mut nonessential_of = usize::MAX;
         loop {
             let current = top.threshold();
             if current.to_bits() != theta.to_bits() {
@@ -373,12 +380,20 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                     skip_to = skip_to.min(t.cursor.doc());
                 }
             }
-            for t in terms[..essential].iter_mut() {
-                if t.cursor.seek_block(d)? {
-                    bound += block_bound(t);
-                    skip_to = skip_to.min(t.cursor.block_header().last_doc.saturating_add(1));
+            if nonessential_of != essential || d >= nonessential_until {
+                nonessential_bound = 0.0;
+                nonessential_until = END;
+                for t in terms[..essential].iter_mut() {
+                    if t.cursor.seek_block(d)? {
+                        nonessential_bound += block_bound(t);
+                        nonessential_until = nonessential_until
+                            .min(t.cursor.block_header().last_doc.saturating_add(1));
+                    }
                 }
+                nonessential_of = essential;
             }
+            bound += nonessential_bound;
+            skip_to = skip_to.min(nonessential_until);
             if bound < theta {
                 for t in terms[essential..].iter_mut() {
                     if t.cursor.doc() < skip_to {

@@ -528,6 +528,13 @@ pub struct PostingCursor<'s, S: PageRead> {
     /// Last document of the previous block (the delta base of the current one).
     previous_last: u32,
     block: Box<DecodedBlock>,
+    /// A copy of the page the current block is on (block `page_of`): a page holds tens of
+    /// blocks, and reading each header and payload from the copy saves a buffer lookup, pin
+    /// and lock per read. Posting pages never change while a search holds the readers lock.
+    page: Vec<u8>,
+    page_of: BlockNumber,
+    /// The next page of the list after `page` (from its header).
+    page_next: BlockNumber,
     decoded: bool,
     index: usize,
     doc: u32,
@@ -556,6 +563,9 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             next_at: (info.postings_block, info.postings_offset),
             previous_last: 0,
             block: Box::default(),
+            page: Vec::new(),
+            page_of: NO_BLOCK,
+            page_next: NO_BLOCK,
             decoded: false,
             index: 0,
             doc: 0,
@@ -589,8 +599,17 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             FIRST_DATA_BLOCK,
             "a posting list's next block",
         )?;
-        let page = self.store.read(blkno);
-        let (header, data_at, next_at) = block_at(&page, blkno, self.next_at.1).in_block(blkno)?;
+        if blkno != self.page_of {
+            let page = self.store.read(blkno);
+            let page_header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
+            self.page.clear();
+            self.page
+                .extend_from_slice(&page[..page_header.used as usize]);
+            self.page_next = page_header.next;
+            self.page_of = blkno;
+        }
+        let (header, data_at, next_at) =
+            block_at(&self.page, self.page_next, blkno, self.next_at.1).in_block(blkno)?;
         self.check_header(&header, first).in_block(blkno)?;
         self.header = header;
         self.data_at = (blkno, data_at);
@@ -627,10 +646,11 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     }
 
     fn decode(&mut self) -> Result<(), Corrupt> {
+        // The payload follows its header on the same page, the one `page` holds.
         let (blkno, at) = self.data_at;
-        let page = self.store.read(blkno);
+        debug_assert_eq!(blkno, self.page_of);
         let end = at as usize + self.header.payload_len;
-        let Some(bytes) = page.get(..end) else {
+        let Some(bytes) = self.page.get(..end) else {
             return Err(Corrupt::new("posting block runs past its page").in_block(blkno));
         };
         let mut r = ByteReader::new(bytes, at as usize);
@@ -720,18 +740,19 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
 }
 
 /// The header of the block at `offset` of posting page `blkno`, where its packed arrays start,
-/// and where the next block's header is.
+/// and where the next block's header is. `page` is the page's bytes in use (its header checked)
+/// and `next` the page after it.
 fn block_at(
     page: &[u8],
+    next: BlockNumber,
     blkno: BlockNumber,
     offset: u16,
 ) -> Result<(BlockHeader, u16, (BlockNumber, u16)), Corrupt> {
-    let page_header = PageHeader::read(page, PageKind::Postings)?;
-    let used = page_header.used as usize;
+    let used = page.len();
     if (offset as usize) < HEADER_SIZE {
         return corrupt(format_args!("posting block at offset {offset}"));
     }
-    let mut r = ByteReader::new(&page[..used], offset as usize);
+    let mut r = ByteReader::new(page, offset as usize);
     let header = BlockHeader::read(&mut r)?;
     let data_at = r.pos as u16;
     let end = offset as usize + header.encoded_size();
@@ -741,7 +762,7 @@ fn block_at(
     let next_at = if end < used {
         (blkno, end as u16)
     } else {
-        (page_header.next, HEADER_SIZE as u16)
+        (next, HEADER_SIZE as u16)
     };
     Ok((header, data_at, next_at))
 }
