@@ -273,7 +273,7 @@ fn absurd_counts_are_errors_before_anything_is_sized_by_them() {
     let store = built_index();
     let meta = read_meta(&store).unwrap();
     let reader = SegmentReader::open(&store, meta.segments[0]).unwrap();
-    let doc_page = reader.document_pages()[1];
+    let doc_page = reader.document_pages().unwrap()[1];
     drop(reader);
     store.overwrite(doc_page, |page| {
         page[2..4].copy_from_slice(&u16::MAX.to_le_bytes())

@@ -310,7 +310,7 @@ pub fn bulk_delete<S: PageWrite>(
         let reader = SegmentReader::open(store, *desc)?;
         let mut flagged = desc.has_tombstones;
         let mut live = 0u64;
-        for &blkno in reader.document_pages() {
+        for &blkno in reader.document_pages()? {
             crate::interrupt::check();
             let entries = doc_entries(&store.read(blkno)).in_block(blkno)?;
             let alive = entries.iter().filter(|e| !e.deleted).count() as u64;

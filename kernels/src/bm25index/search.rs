@@ -30,7 +30,8 @@ pub struct DocTable {
 
 impl DocTable {
     fn load<S: PageRead>(reader: &SegmentReader<'_, S>) -> Result<DocTable, Corrupt> {
-        // `num_docs` was checked against the document pages the segment has when it was opened.
+        // Check `num_docs` against the document pages the segment has before sizing by it.
+        reader.document_pages()?;
         let n = reader.desc.num_docs as usize;
         let mut table = DocTable {
             tids: Vec::with_capacity(n),

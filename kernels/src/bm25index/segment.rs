@@ -303,14 +303,28 @@ impl SegmentBuilder {
 pub struct SegmentReader<'s, S: PageRead> {
     store: &'s S,
     pub desc: SegmentDesc,
-    directory: Vec<BlockNumber>,
+    /// The document pages, read on first use: a search whose document table is cached, and
+    /// every posting list and dictionary read, never needs them.
+    directory: std::cell::OnceCell<Vec<BlockNumber>>,
 }
 
 impl<'s, S: PageRead> SegmentReader<'s, S> {
-    /// Reads the document directory, checking it against the segment's description: as many
-    /// document pages as its documents fill, each a distinct page of the index.
     pub fn open(store: &'s S, desc: SegmentDesc) -> Result<Self, Corrupt> {
         check_dictionary_desc(&desc)?;
+        Ok(SegmentReader {
+            store,
+            desc,
+            directory: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// Reads the document directory, checking it against the segment's description: as many
+    /// document pages as its documents fill, each a distinct page of the index.
+    fn directory(&self) -> Result<&[BlockNumber], Corrupt> {
+        if let Some(directory) = self.directory.get() {
+            return Ok(directory);
+        }
+        let (store, desc) = (self.store, &self.desc);
         let mut pages = Chain::new("a segment's document directory", FIRST_DATA_BLOCK);
         let mut directory = Vec::new();
         let mut blkno = desc.directory_head;
@@ -330,15 +344,11 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
                 directory.len()
             ));
         }
-        Ok(SegmentReader {
-            store,
-            desc,
-            directory,
-        })
+        Ok(self.directory.get_or_init(|| directory))
     }
 
-    pub fn document_pages(&self) -> &[BlockNumber] {
-        &self.directory
+    pub fn document_pages(&self) -> Result<&[BlockNumber], Corrupt> {
+        self.directory()
     }
 
     /// Every document, in id order. Every page but the last holds a full page of documents,
@@ -346,7 +356,7 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
     pub fn for_each_doc(&self, mut f: impl FnMut(u32, DocEntry)) -> Result<(), Corrupt> {
         let per_page = docs_per_page(self.store.page_size()) as u32;
         let mut id = 0u32;
-        for &blkno in &self.directory {
+        for &blkno in self.directory()? {
             crate::interrupt::check();
             let page = self.store.read(blkno);
             let expected = per_page.min(self.desc.num_docs - id);
@@ -396,7 +406,7 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
     /// owned by two structures, would be freed twice).
     pub fn pages(&self) -> Result<Vec<BlockNumber>, Corrupt> {
         let mut out = dictionary::pages(self.store, self.desc.dict_root, self.desc.dict_height)?;
-        out.extend_from_slice(&self.directory);
+        out.extend_from_slice(self.directory()?);
         self.chain_pages(
             self.desc.directory_head,
             PageKind::DocumentDirectory,
