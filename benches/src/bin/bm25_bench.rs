@@ -415,13 +415,20 @@ fn main() {
         let mb = |b: i64| b as f64 / (1 << 20) as f64;
         report += &format!(
             "\n### {n} skills ({:.0} MB of text)\n\n| | build | size |\n|---|---|---|\n\
-             | pg_skills bm25 | {bm25_build:.1} s | {:.1} MB |\n| built-in FTS (tsvector table + GIN) | {fts_build:.1} s | {:.1} MB + {:.1} MB |\n\
+             | pg_skills bm25 | {bm25_build:.1} s | {:.1} MB |\n{}\
              | tantivy in-process (RAM) | {tantivy_build:.1} s | |\n\n\
              Latency of top-10, one client, ms (p50 / p95 / p99):\n\n| query length | queries | pg_skills bm25 | built-in FTS | tantivy | bm25 p50 vs tantivy |\n|---|---|---|---|---|---|\n",
             mb(text_bytes),
             mb(bm25_size),
-            mb(tsv_size),
-            mb(gin_size)
+            if fts {
+                format!(
+                    "| built-in FTS (tsvector table + GIN) | {fts_build:.1} s | {:.1} MB + {:.1} MB |\n",
+                    mb(tsv_size),
+                    mb(gin_size)
+                )
+            } else {
+                String::new()
+            }
         );
         for b in ["1-3 terms", "4-6 terms", "7+ terms"] {
             let (Some(bl), Some(tl)) = (bm25_lat.get(b), tantivy_lat.get(b)) else {
@@ -429,7 +436,7 @@ fn main() {
             };
             let (b50, b95, b99) = latencies_ms(bl.clone());
             let (t50, t95, t99) = latencies_ms(tl.clone());
-            let fts = match fts_lat.get(b) {
+            let fts_cell = match fts_lat.get(b) {
                 Some(fl) if fl.len() == bl.len() => {
                     let (f50, f95, f99) = latencies_ms(fl.clone());
                     format!("{f50:.2} / {f95:.2} / {f99:.2}")
@@ -438,10 +445,11 @@ fn main() {
                     let (f50, f95, f99) = latencies_ms(fl.clone());
                     format!("{f50:.2} / {f95:.2} / {f99:.2} ({} queries)", fl.len())
                 }
-                None => "not timed".into(),
+                None if fts => "not timed".into(),
+                None => "not run".into(),
             };
             report += &format!(
-                "| {b} | {} | {b50:.2} / {b95:.2} / {b99:.2} | {fts} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n",
+                "| {b} | {} | {b50:.2} / {b95:.2} / {b99:.2} | {fts_cell} | {t50:.3} / {t95:.3} / {t99:.3} | {:.2}× |\n",
                 bl.len(),
                 b50 / t50
             );
@@ -451,19 +459,25 @@ fn main() {
         let ((b50, b95, b99), (f50, f95, f99), (t50, t95, t99)) =
             (all(&bm25_lat), all(&fts_lat), all(&tantivy_lat));
         let fts_timed: usize = fts_lat.values().map(Vec::len).sum();
-        let fts_count = if fts_timed < nq {
-            format!(" ({fts_timed} queries)")
+        let fts_all = if !fts {
+            "not run".to_string()
+        } else if fts_timed < nq {
+            format!("{f50:.2} / {f95:.2} / {f99:.2} ({fts_timed} queries)")
         } else {
-            String::new()
+            format!("{f50:.2} / {f95:.2} / {f99:.2}")
         };
         report += &format!(
-            "| all | {nq} | {b50:.2} / {b95:.2} / {b99:.2} | {f50:.2} / {f95:.2} / {f99:.2}{fts_count} | {t50:.3} / {t95:.3} / {t99:.3} | {:.1}× |\n\n\
+            "| all | {nq} | {b50:.2} / {b95:.2} / {b99:.2} | {fts_all} | {t50:.3} / {t95:.3} / {t99:.3} | {:.2}× |\n\n\
              QPS (pgbench -M prepared, {} s per run; tantivy: one thread, sequential):\n\n| clients | pg_skills bm25 | built-in FTS | bm25 / FTS |\n|---|---|---|---|\n",
             b50 / t50,
             args.pgbench_seconds
         );
         for (c, b, f) in &qps {
-            report += &format!("| {c} | {b:.1} | {f:.2} | {:.0}× |\n", b / f);
+            report += &if fts {
+                format!("| {c} | {b:.1} | {f:.2} | {:.0}× |\n", b / f)
+            } else {
+                format!("| {c} | {b:.1} | not run | |\n")
+            };
         }
         report += &format!("| tantivy, 1 thread | {tantivy_qps:.0} | | |\n");
         eprintln!("{report}");
