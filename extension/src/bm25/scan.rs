@@ -1,8 +1,10 @@
 //! Index scans for `ORDER BY doc <&> query`: best documents first, in batches.
 //!
-//! The first batch is the top `pg_skills.bm25_scan_batch` (10, the usual LIMIT) by block-max MaxScore; when the executor wants more (a LIMIT
-//! past it, or rows filtered out), the next batch is the top 4× as many, skipping what was already
-//! returned. When the matches run out, every other live document follows with score 0, so the
+//! The first batch is the top `pg_skills.bm25_scan_batch` (10, the usual LIMIT) by block-max
+//! MaxScore; when the executor wants more (a LIMIT past it, or rows filtered out), the next batch
+//! is the top 4× as many, skipping what was already returned. When the matches run out, every
+//! other live document follows with score 0, in TID order and in batches that grow the same way
+//! (a query that matches fewer rows than its LIMIT reads a few more, not the whole index), so the
 //! index returns exactly the rows a sequential scan would, in the same order up to ties.
 //! A batch is computed under the readers lock; between batches a merge may run.
 
@@ -15,7 +17,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use pg_skills_kernels::bm25index::{
-    all_documents, query_terms, try_prepare, DocTableCache, QueryStats, SearchHit, Tid,
+    documents_after, query_terms, try_prepare, DocTableCache, QueryStats, SearchHit, Tid,
 };
 
 use super::{checked_meta, reading, with_analyzer};
@@ -55,6 +57,25 @@ pub(super) fn top_hits(
     .or_raise(index)
 }
 
+/// The next `want` documents above `after` in TID order, and whether more follow, with the
+/// document tables cached as [`top_hits`] caches them.
+fn rest_documents(
+    index: pg_sys::Relation,
+    store: &BufferStore,
+    after: Option<Tid>,
+    want: usize,
+) -> (Vec<Tid>, bool) {
+    // SAFETY: `index` is the open relation of the running scan.
+    let file = unsafe { (*index).rd_node.relNode.to_u32() };
+    reading(index, store, || {
+        DOC_TABLES.with(|cell| {
+            let mut caches = cell.borrow_mut();
+            documents_after(store, caches.entry(file).or_default(), after, want)
+        })
+    })
+    .or_raise(index)
+}
+
 #[derive(Default)]
 struct ScanState {
     index_oid: u32,
@@ -67,6 +88,10 @@ struct ScanState {
     returned: HashSet<Tid>,
     asked: usize,
     matches_done: bool,
+    /// The rest (documents without a match): how many the last batch asked for, and the
+    /// largest TID it returned.
+    rest_asked: usize,
+    rest_after: Option<Tid>,
     rest_done: bool,
 }
 
@@ -214,10 +239,18 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         }
     }
     if state.batch.is_empty() && state.matches_done && !state.rest_done {
-        let all = reading(index, &store, || all_documents(&store)).or_raise(index);
+        let first = crate::guc::BM25_SCAN_BATCH.get().max(1) as usize;
+        let want = if state.rest_asked == 0 {
+            first
+        } else {
+            state.rest_asked.saturating_mul(4)
+        };
+        let (tids, more) = rest_documents(index, &store, state.rest_after, want);
+        state.rest_asked = want;
+        state.rest_after = tids.last().copied().or(state.rest_after);
+        state.rest_done = !more;
         state
             .batch
-            .extend(all.into_iter().filter(|t| !state.returned.contains(t)));
-        state.rest_done = true;
+            .extend(tids.into_iter().filter(|t| !state.returned.contains(t)));
     }
 }

@@ -92,6 +92,18 @@ mod tests {
         let all = ordered("the and of", "");
         assert_eq!(all.len(), 40);
         assert!(all.iter().all(|r| r.1 == 0.0));
+        // The rest comes in batches (3, 12, 48 here): each row once, none missing.
+        exec("SET LOCAL pg_skills.bm25_scan_batch = 3");
+        let batched = ordered("the and of", "");
+        let distinct: std::collections::HashSet<i64> = batched.iter().map(|r| r.0).collect();
+        assert_eq!((batched.len(), distinct.len()), (40, 40));
+        // A query with one match: it first, then the 40 others.
+        insert("solo-skill", "zzunique", "");
+        let one = ordered("zzunique", "");
+        assert_eq!(one.len(), 41);
+        assert!(one[0].1 < 0.0 && one[1..].iter().all(|r| r.1 == 0.0));
+        let distinct: std::collections::HashSet<i64> = one.iter().map(|r| r.0).collect();
+        assert_eq!(distinct.len(), 41);
     }
 
     #[pg_test(error = "unrecognized parameter \"colour\"")]

@@ -456,25 +456,53 @@ fn below(partial: f64, theta: f64) -> bool {
 
 /// Every live document's TID, in TID order (the index returns them, score 0, after the matches).
 pub fn all_documents<S: PageRead>(store: &S) -> Result<Vec<Tid>, Corrupt> {
+    let (tids, _) = documents_after(store, &mut DocTableCache::default(), None, usize::MAX)?;
+    Ok(tids)
+}
+
+/// The `n` smallest TIDs of live documents above `after`, in TID order, and whether more
+/// follow them: the rest of an ordered scan (score 0, after the matches) a batch at a time.
+/// One pass over the (cached) document tables and the append area; only the `n` kept are
+/// sorted, so a LIMIT that the matches leave short does not sort the whole index.
+pub fn documents_after<S: PageRead>(
+    store: &S,
+    cache: &mut DocTableCache,
+    after: Option<Tid>,
+    n: usize,
+) -> Result<(Vec<Tid>, bool), Corrupt> {
+    let n = n.max(1);
     let meta = read_meta(store)?;
+    let above = |t: &Tid| after.is_none_or(|a| *t > a);
     let mut out = Vec::new();
     for desc in &meta.segments {
-        SegmentReader::open(store, *desc)?.for_each_doc(|_, e| {
-            if !e.deleted {
-                out.push(e.tid);
-            }
-        })?;
+        let reader = SegmentReader::open(store, *desc)?;
+        let table = cache.table(meta.generation, &reader)?;
+        out.extend(
+            table
+                .tids
+                .iter()
+                .zip(&table.lengths)
+                .filter(|(t, length)| !length.is_nan() && above(t))
+                .map(|(t, _)| *t),
+        );
     }
     for head in [meta.frozen_head, meta.append_head] {
         if head != NO_BLOCK {
             for_each_record(store, head, |rec| {
-                if !rec.deleted && !rec.continuation {
+                if !rec.deleted && !rec.continuation && above(&rec.tid) {
                     out.push(rec.tid);
                 }
             })?;
         }
     }
-    out.sort();
+    // A TID can be listed twice (an append record and a segment during a merge), so whether
+    // more follow is judged before duplicates are removed: a short batch never ends the rest.
+    let more = out.len() > n;
+    if more {
+        out.select_nth_unstable(n);
+        out.truncate(n);
+    }
+    out.sort_unstable();
     out.dedup();
-    Ok(out)
+    Ok((out, more))
 }

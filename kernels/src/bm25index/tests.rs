@@ -508,6 +508,22 @@ fn all_documents_lists_live_tids_once() {
         .collect();
     let want: Vec<i64> = h.live.keys().copied().collect();
     assert_eq!(got, want);
+
+    // A batch at a time, growing as the ordered scan asks: the same documents in the same order.
+    let mut cache = DocTableCache::default();
+    let (mut after, mut n, mut batched) = (None, 1, Vec::new());
+    loop {
+        let (tids, more) = documents_after(&h.store, &mut cache, after, n).unwrap();
+        assert!(tids.len() <= n);
+        assert!(tids.windows(2).all(|w| w[0] < w[1]));
+        after = tids.last().copied().or(after);
+        batched.extend(tids.into_iter().map(id_of));
+        if !more {
+            break;
+        }
+        n *= 2;
+    }
+    assert_eq!(batched, want);
 }
 
 fn read_meta_segments(store: &MemoryStore) -> usize {
