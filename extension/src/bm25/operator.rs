@@ -250,7 +250,7 @@ fn bm25_distance(doc: pgrx::Array<'_, &str>, query: pgrx::composite_type!("bm25q
         hints.scores.get(&fp).copied()
     });
     if let Some(score) = hinted {
-        return -score;
+        return if score == 0.0 { 0.0 } else { -score };
     }
     PREPARED.with(|cell| {
         let mut slot = cell.borrow_mut();

@@ -64,7 +64,7 @@ fn rest_documents(
     store: &BufferStore,
     after: Option<Tid>,
     want: usize,
-) -> (Vec<Tid>, bool) {
+) -> (Vec<(Tid, u64)>, bool) {
     // SAFETY: `index` is the open relation of the running scan.
     let file = unsafe { (*index).rd_node.relNode.to_u32() };
     reading(index, store, || {
@@ -245,12 +245,26 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         } else {
             state.rest_asked.saturating_mul(4)
         };
-        let (tids, more) = rest_documents(index, &store, state.rest_after, want);
+        let (docs, more) = rest_documents(index, &store, state.rest_after, want);
         state.rest_asked = want;
-        state.rest_after = tids.last().copied().or(state.rest_after);
+        state.rest_after = docs.last().map(|(tid, _)| *tid).or(state.rest_after);
         state.rest_done = !more;
-        state
-            .batch
-            .extend(tids.into_iter().filter(|t| !state.returned.contains(t)));
+        // Every document with a query term was among the matches, so the rest scores 0: the
+        // operator's evaluation of each returned row looks that up instead of analysing it.
+        let zeros: Vec<SearchHit> = docs
+            .iter()
+            .filter(|(tid, _)| !state.returned.contains(tid))
+            .map(|&(tid, fingerprint)| SearchHit {
+                tid,
+                score: 0.0,
+                fingerprint,
+            })
+            .collect();
+        super::operator::remember_scores(
+            pg_sys::Oid::from(state.index_oid),
+            &state.key_text,
+            &zeros,
+        );
+        state.batch.extend(zeros.iter().map(|h| h.tid));
     }
 }

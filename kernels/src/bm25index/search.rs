@@ -456,12 +456,13 @@ fn below(partial: f64, theta: f64) -> bool {
 
 /// Every live document's TID, in TID order (the index returns them, score 0, after the matches).
 pub fn all_documents<S: PageRead>(store: &S) -> Result<Vec<Tid>, Corrupt> {
-    let (tids, _) = documents_after(store, &mut DocTableCache::default(), None, usize::MAX)?;
-    Ok(tids)
+    let (docs, _) = documents_after(store, &mut DocTableCache::default(), None, usize::MAX)?;
+    Ok(docs.into_iter().map(|(tid, _)| tid).collect())
 }
 
-/// The `n` smallest TIDs of live documents above `after`, in TID order, and whether more
-/// follow them: the rest of an ordered scan (score 0, after the matches) a batch at a time.
+/// The `n` smallest TIDs of live documents above `after`, in TID order, with their
+/// fingerprints, and whether more follow them: the rest of an ordered scan (score 0, after the
+/// matches) a batch at a time.
 /// One pass over the (cached) document tables and the append area; only the `n` kept are
 /// sorted, so a LIMIT that the matches leave short does not sort the whole index.
 pub fn documents_after<S: PageRead>(
@@ -469,7 +470,7 @@ pub fn documents_after<S: PageRead>(
     cache: &mut DocTableCache,
     after: Option<Tid>,
     n: usize,
-) -> Result<(Vec<Tid>, bool), Corrupt> {
+) -> Result<(Vec<(Tid, u64)>, bool), Corrupt> {
     let n = n.max(1);
     let meta = read_meta(store)?;
     let above = |t: &Tid| after.is_none_or(|a| *t > a);
@@ -477,20 +478,17 @@ pub fn documents_after<S: PageRead>(
     for desc in &meta.segments {
         let reader = SegmentReader::open(store, *desc)?;
         let table = cache.table(meta.generation, &reader)?;
-        out.extend(
-            table
-                .tids
-                .iter()
-                .zip(&table.lengths)
-                .filter(|(t, length)| !length.is_nan() && above(t))
-                .map(|(t, _)| *t),
-        );
+        for (i, tid) in table.tids.iter().enumerate() {
+            if !table.lengths[i].is_nan() && above(tid) {
+                out.push((*tid, table.fingerprints[i]));
+            }
+        }
     }
     for head in [meta.frozen_head, meta.append_head] {
         if head != NO_BLOCK {
             for_each_record(store, head, |rec| {
                 if !rec.deleted && !rec.continuation && above(&rec.tid) {
-                    out.push(rec.tid);
+                    out.push((rec.tid, rec.fingerprint));
                 }
             })?;
         }
@@ -503,6 +501,6 @@ pub fn documents_after<S: PageRead>(
         out.truncate(n);
     }
     out.sort_unstable();
-    out.dedup();
+    out.dedup_by_key(|(tid, _)| *tid);
     Ok((out, more))
 }

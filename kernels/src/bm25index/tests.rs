@@ -516,8 +516,8 @@ fn all_documents_lists_live_tids_once() {
         let (tids, more) = documents_after(&h.store, &mut cache, after, n).unwrap();
         assert!(tids.len() <= n);
         assert!(tids.windows(2).all(|w| w[0] < w[1]));
-        after = tids.last().copied().or(after);
-        batched.extend(tids.into_iter().map(id_of));
+        after = tids.last().map(|(tid, _)| *tid).or(after);
+        batched.extend(tids.into_iter().map(|(tid, _)| id_of(tid)));
         if !more {
             break;
         }
