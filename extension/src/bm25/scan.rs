@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use pg_skills_kernels::bm25index::{
-    documents_after, query_terms, try_prepare, DocTableCache, QueryStats, SearchHit, Tid,
+    documents_after, query_terms, try_prepare, Corrupt, DocTableCache, QueryStats, SearchHit, Tid,
 };
 
 use super::{checked_meta, reading, with_analyzer};
@@ -31,6 +31,20 @@ thread_local! {
     static DOC_TABLES: RefCell<HashMap<u32, DocTableCache>> = RefCell::new(HashMap::new());
 }
 
+/// Runs `read` under the readers lock with the document tables cached for the index's file.
+fn with_doc_tables<T>(
+    index: pg_sys::Relation,
+    store: &BufferStore,
+    read: impl FnOnce(&mut DocTableCache) -> Result<T, Corrupt>,
+) -> T {
+    // SAFETY: `index` is an open relation (the caller's scan or search).
+    let file = unsafe { (*index).rd_node.relNode.to_u32() };
+    reading(index, store, || {
+        DOC_TABLES.with(|cell| read(cell.borrow_mut().entry(file).or_default()))
+    })
+    .or_raise(index)
+}
+
 /// The `want` best documents of `index` for `terms`, best first, under the readers lock, with the
 /// document tables cached for the index's file; scored with `stats` when given (a distributed
 /// collection's), else the index's own. The ordered scan's batches and the direct top-k
@@ -42,38 +56,12 @@ pub(super) fn top_hits(
     stats: Option<&QueryStats>,
     want: usize,
 ) -> Vec<SearchHit> {
-    // SAFETY: `index` is an open relation (the caller's scan or search).
-    let file = unsafe { (*index).rd_node.relNode.to_u32() };
-    reading(index, store, || {
-        DOC_TABLES.with(|cell| {
-            let mut caches = cell.borrow_mut();
-            let cache = caches.entry(file).or_default();
-            try_prepare(store, terms).and_then(|p| match stats {
-                Some(stats) => p.with_stats(stats).top_k_cached(want, cache),
-                None => p.top_k_cached(want, cache),
-            })
+    with_doc_tables(index, store, |cache| {
+        try_prepare(store, terms).and_then(|p| match stats {
+            Some(stats) => p.with_stats(stats).top_k_cached(want, cache),
+            None => p.top_k_cached(want, cache),
         })
     })
-    .or_raise(index)
-}
-
-/// The next `want` documents above `after` in TID order, and whether more follow, with the
-/// document tables cached as [`top_hits`] caches them.
-fn rest_documents(
-    index: pg_sys::Relation,
-    store: &BufferStore,
-    after: Option<Tid>,
-    want: usize,
-) -> (Vec<(Tid, u64)>, bool) {
-    // SAFETY: `index` is the open relation of the running scan.
-    let file = unsafe { (*index).rd_node.relNode.to_u32() };
-    reading(index, store, || {
-        DOC_TABLES.with(|cell| {
-            let mut caches = cell.borrow_mut();
-            documents_after(store, caches.entry(file).or_default(), after, want)
-        })
-    })
-    .or_raise(index)
 }
 
 #[derive(Default)]
@@ -245,7 +233,9 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         } else {
             state.rest_asked.saturating_mul(4)
         };
-        let (docs, more) = rest_documents(index, &store, state.rest_after, want);
+        let (docs, more) = with_doc_tables(index, &store, |cache| {
+            documents_after(&store, cache, state.rest_after, want)
+        });
         state.rest_asked = want;
         state.rest_after = docs.last().map(|(tid, _)| *tid).or(state.rest_after);
         state.rest_done = !more;
