@@ -318,9 +318,10 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
         })
     }
 
-    /// Reads the document directory, checking it against the segment's description: as many
-    /// document pages as its documents fill, each a distinct page of the index.
-    fn directory(&self) -> Result<&[BlockNumber], Corrupt> {
+    /// The document pages. The directory is read on the first call and checked against the
+    /// segment's description: as many document pages as its documents fill, each a distinct
+    /// page of the index.
+    pub fn document_pages(&self) -> Result<&[BlockNumber], Corrupt> {
         if let Some(directory) = self.directory.get() {
             return Ok(directory);
         }
@@ -347,16 +348,12 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
         Ok(self.directory.get_or_init(|| directory))
     }
 
-    pub fn document_pages(&self) -> Result<&[BlockNumber], Corrupt> {
-        self.directory()
-    }
-
     /// Every document, in id order. Every page but the last holds a full page of documents,
     /// so ids are what the posting lists mean by them.
     pub fn for_each_doc(&self, mut f: impl FnMut(u32, DocEntry)) -> Result<(), Corrupt> {
         let per_page = docs_per_page(self.store.page_size()) as u32;
         let mut id = 0u32;
-        for &blkno in self.directory()? {
+        for &blkno in self.document_pages()? {
             crate::interrupt::check();
             let page = self.store.read(blkno);
             let expected = per_page.min(self.desc.num_docs - id);
@@ -406,7 +403,7 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
     /// owned by two structures, would be freed twice).
     pub fn pages(&self) -> Result<Vec<BlockNumber>, Corrupt> {
         let mut out = dictionary::pages(self.store, self.desc.dict_root, self.desc.dict_height)?;
-        out.extend_from_slice(self.directory()?);
+        out.extend_from_slice(self.document_pages()?);
         self.chain_pages(
             self.desc.directory_head,
             PageKind::DocumentDirectory,
@@ -538,11 +535,10 @@ pub struct PostingCursor<'s, S: PageRead> {
     /// Last document of the previous block (the delta base of the current one).
     previous_last: u32,
     block: Box<DecodedBlock>,
-    /// A copy of the page the current block is on (block `page_of`): a page holds tens of
+    /// A copy of the page the current block is on (block `data_at.0`): a page holds tens of
     /// blocks, and reading each header and payload from the copy saves a buffer lookup, pin
     /// and lock per read. Posting pages never change while a search holds the readers lock.
     page: Vec<u8>,
-    page_of: BlockNumber,
     /// The next page of the list after `page` (from its header).
     page_next: BlockNumber,
     decoded: bool,
@@ -574,7 +570,6 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             previous_last: 0,
             block: Box::default(),
             page: Vec::new(),
-            page_of: NO_BLOCK,
             page_next: NO_BLOCK,
             decoded: false,
             index: 0,
@@ -600,24 +595,23 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             self.previous_last = self.header.last_doc;
         }
         if self.next_at.0 != self.data_at.0 {
-            // A new page: long lists cross many.
+            // A new page: long lists cross many. Its bytes in use are copied once; the blocks
+            // on it are read from the copy.
             crate::interrupt::check();
-        }
-        let blkno = check_block(
-            self.store,
-            self.next_at.0,
-            FIRST_DATA_BLOCK,
-            "a posting list's next block",
-        )?;
-        if blkno != self.page_of {
+            let blkno = check_block(
+                self.store,
+                self.next_at.0,
+                FIRST_DATA_BLOCK,
+                "a posting list's next block",
+            )?;
             let page = self.store.read(blkno);
             let page_header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
             self.page.clear();
             self.page
                 .extend_from_slice(&page[..page_header.used as usize]);
             self.page_next = page_header.next;
-            self.page_of = blkno;
         }
+        let blkno = self.next_at.0;
         let (header, data_at, next_at) =
             block_at(&self.page, self.page_next, blkno, self.next_at.1).in_block(blkno)?;
         self.check_header(&header, first).in_block(blkno)?;
@@ -658,7 +652,6 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     fn decode(&mut self) -> Result<(), Corrupt> {
         // The payload follows its header on the same page, the one `page` holds.
         let (blkno, at) = self.data_at;
-        debug_assert_eq!(blkno, self.page_of);
         let end = at as usize + self.header.payload_len;
         let Some(bytes) = self.page.get(..end) else {
             return Err(Corrupt::new("posting block runs past its page").in_block(blkno));
