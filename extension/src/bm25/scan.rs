@@ -203,15 +203,20 @@ unsafe fn is_shard_of(index: pg_sys::Relation, named: pg_sys::Oid) -> bool {
         .unwrap_or(false)
 }
 
+/// How many rows the next batch computes after batches that asked for `asked`: first
+/// `pg_skills.bm25_scan_batch`, then 4× as many each time.
+fn batch_size(asked: usize) -> usize {
+    if asked == 0 {
+        crate::guc::BM25_SCAN_BATCH.get().max(1) as usize
+    } else {
+        asked.saturating_mul(4)
+    }
+}
+
 unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     let store = BufferStore::new(index, Mode::Logged);
     if !state.matches_done {
-        let first = crate::guc::BM25_SCAN_BATCH.get().max(1) as usize;
-        let want = if state.asked == 0 {
-            first
-        } else {
-            state.asked.saturating_mul(4)
-        };
+        let want = batch_size(state.asked);
         let hits = top_hits(index, &store, &state.terms, state.stats.as_ref(), want);
         super::operator::remember_scores(
             pg_sys::Oid::from(state.index_oid),
@@ -227,12 +232,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
         }
     }
     if state.batch.is_empty() && state.matches_done && !state.rest_done {
-        let first = crate::guc::BM25_SCAN_BATCH.get().max(1) as usize;
-        let want = if state.rest_asked == 0 {
-            first
-        } else {
-            state.rest_asked.saturating_mul(4)
-        };
+        let want = batch_size(state.rest_asked);
         let (docs, more) = with_doc_tables(index, &store, |cache| {
             documents_after(&store, cache, state.rest_after, want)
         });
