@@ -87,10 +87,21 @@ pub fn train_with(
     centroids
 }
 
-/// k-means++ seeding over at most 32 points per centre (the seeding pass is k·n·dim).
+/// Seeding candidates per centre, at most: the seeding reads them once per pass.
+const SEED_POINTS_PER_CENTRE: usize = 16;
+/// Centres a seeding pass may draw together are `k / SEED_PASSES` (at least one): about this
+/// many passes over the candidates, however many centres.
+const SEED_PASSES: usize = 64;
+
+/// k-means++ seeding over at most 16 points per centre. Up to 64 centres (and at least until
+/// 64 are chosen) each pass draws one centre, exactly k-means++; past that, a pass draws
+/// k/64 centres, each ∝ squared distance to the centres chosen before the pass (a point drawn
+/// counts as covered, so no point is drawn twice). One pass per centre would read the
+/// candidates k times: seconds at a thousand lists, for little gain over batches once the
+/// centres are many.
 fn plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<f32> {
     let n = sample.len() / dim;
-    let m = n.min(32 * k).max(k);
+    let m = n.min(SEED_POINTS_PER_CENTRE * k).max(k);
     // A uniform subset of m points: a partial Fisher-Yates shuffle of the indices.
     let mut order: Vec<usize> = (0..n).collect();
     for i in 0..m {
@@ -101,34 +112,48 @@ fn plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<
         .iter()
         .map(|&i| &sample[i * dim..(i + 1) * dim])
         .collect();
+    let per_pass = (k / SEED_PASSES).max(1);
     let mut centroids = Vec::with_capacity(k * dim);
     centroids.extend_from_slice(points[rng.below(m as u64) as usize]);
+    let mut chosen = 1;
+    let mut measured = 0;
     let mut nearest: Vec<f64> = vec![f64::INFINITY; m];
-    for c in 1..k {
+    while chosen < k {
         crate::interrupt::check();
-        let last = &centroids[(c - 1) * dim..c * dim];
+        let new = &centroids[measured * dim..chosen * dim];
         nearest.par_iter_mut().zip(&points).for_each(|(d, p)| {
-            let dist = crate::vector::l2sq(p, last) as f64;
-            if dist < *d {
-                *d = dist;
+            for c in new.chunks_exact(dim) {
+                let dist = crate::vector::l2sq(p, c) as f64;
+                if dist < *d {
+                    *d = dist;
+                }
             }
         });
-        let total: f64 = nearest.iter().sum();
-        let pick = if total > 0.0 {
-            let mut target = rng.unit() * total;
-            let mut pick = m - 1;
-            for (i, d) in nearest.iter().enumerate() {
-                if target < *d {
-                    pick = i;
-                    break;
+        measured = chosen;
+        let mut total: f64 = nearest.iter().sum();
+        for _ in 0..per_pass.min(k - chosen) {
+            // The last positive term if rounding leaves the target past every one; a random
+            // candidate if every one is covered (fewer distinct points than centres).
+            let mut pick = None;
+            if total > 0.0 {
+                let mut target = rng.unit() * total;
+                for (i, d) in nearest.iter().enumerate() {
+                    if *d > 0.0 {
+                        pick = Some(i);
+                        if target < *d {
+                            break;
+                        }
+                        target -= d;
+                    }
                 }
-                target -= d;
             }
-            pick
-        } else {
-            rng.below(m as u64) as usize
-        };
-        centroids.extend_from_slice(points[pick]);
+            let pick = pick.unwrap_or_else(|| rng.below(m as u64) as usize);
+            total -= nearest[pick];
+            // Drawn: not again in this pass (the next pass measures it as a centre anyway).
+            nearest[pick] = 0.0;
+            centroids.extend_from_slice(points[pick]);
+            chosen += 1;
+        }
     }
     centroids
 }
@@ -162,19 +187,78 @@ fn assign_cancellable(
     out
 }
 
-/// The centroid each point belongs to (see [`nearest`]), computed in parallel.
+/// Scores one matrix product holds at most (16 MB of f32): a block of points times every
+/// centroid, so the block shrinks as the lists grow.
+const PRODUCT_SCORES: usize = 1 << 22;
+
+/// The centroid each point belongs to (see [`nearest`]), computed in parallel: blocks of points
+/// scored against every centroid as one matrix product (what makes training and the build's
+/// filing fast: a product reuses each centroid across the block, where one point at a time
+/// streams every centroid through the cache again). The sums run in another order than
+/// [`nearest`]'s, so a point almost equidistant from two centroids may go to either.
 pub fn assign(centroids: &[f32], dim: usize, points: &[f32], geometry: Geometry) -> Vec<u32> {
     let norms = half_squared_norms(centroids, dim, geometry);
+    let lists = norms.len();
+    if lists == 0 {
+        return vec![0; points.len() / dim];
+    }
+    let block = (PRODUCT_SCORES / lists).clamp(1, 256);
     points
-        .par_chunks(dim * 64)
+        .par_chunks(dim * block)
         .flat_map_iter(|chunk| {
-            let mut scores = vec![0.0f32; centroids.len() / dim];
-            chunk
-                .chunks_exact(dim)
-                .map(|p| best(centroids, &norms, p, &mut scores))
+            let rows = chunk.len() / dim;
+            let mut scores = vec![0.0f32; rows * lists];
+            scores_product(chunk, rows, centroids, lists, dim, &mut scores);
+            scores
+                .chunks_exact(lists)
+                .map(|s| argmax_less(s, &norms))
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// `scores[i·lists + j] = points[i] · centroids[j]` for `rows` points and `lists` centroids
+/// (both row-major, `dim` values each), on the calling thread.
+fn scores_product(
+    points: &[f32],
+    rows: usize,
+    centroids: &[f32],
+    lists: usize,
+    dim: usize,
+    scores: &mut [f32],
+) {
+    assert!(
+        points.len() >= rows * dim
+            && centroids.len() >= lists * dim
+            && scores.len() >= rows * lists,
+        "a product's operands are shorter than its shape"
+    );
+    // SAFETY: the lengths are asserted above; scores is rows × lists, points rows × dim, and
+    // centroids lists × dim read as its transpose (column stride dim), all row-major. Nothing
+    // else aliases `scores`.
+    unsafe {
+        gemm::gemm(
+            rows,
+            lists,
+            dim,
+            scores.as_mut_ptr(),
+            1,
+            lists as isize,
+            false,
+            points.as_ptr(),
+            1,
+            dim as isize,
+            centroids.as_ptr(),
+            dim as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
 }
 
 /// The centroid `point` belongs to: largest inner product (spherical) or smallest distance.
@@ -203,13 +287,24 @@ pub fn ranked(centroids: &[f32], dim: usize, point: &[f32], geometry: Geometry) 
 
 /// [`ranked`] with the centroids' [`half_squared_norms`] computed once by the caller.
 pub fn ranked_with(centroids: &[f32], norms: &[f32], point: &[f32]) -> Vec<u32> {
+    let key = nearness(centroids, norms, point);
+    let mut order: Vec<u32> = (0..key.len() as u32).collect();
+    order.sort_by(|&a, &b| nearer_first(&key, a, b));
+    order
+}
+
+/// How near each centroid is to `point`, larger nearer: p·c for spheres; p·c − |c|²/2 =
+/// (|p|² − |p − c|²)/2 − const for L2.
+pub fn nearness(centroids: &[f32], norms: &[f32], point: &[f32]) -> Vec<f32> {
     let mut scores = vec![0.0f32; norms.len()];
     dot_batch(point, centroids, &mut scores);
-    // Larger is nearer: p·c for spheres; p·c − |c|²/2 = (|p|² − |p − c|²)/2 − const for L2.
-    let key: Vec<f32> = scores.iter().zip(norms).map(|(s, n)| s - n).collect();
-    let mut order: Vec<u32> = (0..key.len() as u32).collect();
-    order.sort_by(|&a, &b| key[b as usize].total_cmp(&key[a as usize]).then(a.cmp(&b)));
-    order
+    scores.iter_mut().zip(norms).for_each(|(s, n)| *s -= n);
+    scores
+}
+
+/// The order of [`ranked`] by [`nearness`] `key`: nearer first, then the lower index.
+pub fn nearer_first(key: &[f32], a: u32, b: u32) -> std::cmp::Ordering {
+    key[b as usize].total_cmp(&key[a as usize]).then(a.cmp(&b))
 }
 
 /// |c|²/2 per centroid for L2 (what turns an inner product into a distance order), 0 for spheres.
@@ -225,6 +320,11 @@ pub fn half_squared_norms(centroids: &[f32], dim: usize, geometry: Geometry) -> 
 
 fn best(centroids: &[f32], half_norms: &[f32], point: &[f32], scores: &mut [f32]) -> u32 {
     dot_batch(point, centroids, scores);
+    argmax_less(scores, half_norms)
+}
+
+/// The index of the largest `score − half_norm` (the first of equals).
+fn argmax_less(scores: &[f32], half_norms: &[f32]) -> u32 {
     let mut best = 0;
     let mut best_key = f32::NEG_INFINITY;
     for (i, (s, n)) in scores.iter().zip(half_norms).enumerate() {
@@ -306,6 +406,46 @@ mod tests {
                 let mut sorted = order.clone();
                 sorted.sort();
                 assert_eq!(sorted, (0..5).collect::<Vec<u32>>());
+            }
+        }
+    }
+
+    /// The product's assignment picks a centroid whose score is the best one up to rounding,
+    /// for blocks of every size (a partial last block, lists past one block's worth of scores).
+    #[test]
+    fn assignment_by_product_picks_the_best_centroid() {
+        let dim = 24;
+        let mut rng = SplitMix64(11);
+        for (points, lists) in [(1_000, 37), (100, PRODUCT_SCORES / 100 + 3)] {
+            let xs: Vec<f32> = (0..points * dim).map(|_| rng.unit() as f32 - 0.5).collect();
+            let cs: Vec<f32> = (0..lists * dim).map(|_| rng.unit() as f32 - 0.5).collect();
+            for geometry in [Geometry::Spherical, Geometry::Euclidean] {
+                let got = assign(&cs, dim, &xs, geometry);
+                assert_eq!(got.len(), points);
+                let mut agree = 0;
+                for (p, &g) in xs.chunks_exact(dim).zip(&got) {
+                    let key = |c: usize| {
+                        let row = &cs[c * dim..(c + 1) * dim];
+                        let dot: f64 = p.iter().zip(row).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        match geometry {
+                            Geometry::Spherical => dot,
+                            Geometry::Euclidean => {
+                                dot - row.iter().map(|x| *x as f64 * *x as f64).sum::<f64>() / 2.0
+                            }
+                        }
+                    };
+                    let best = (0..lists).map(key).fold(f64::NEG_INFINITY, f64::max);
+                    assert!(
+                        key(g as usize) >= best - 1e-5,
+                        "{} < {best}",
+                        key(g as usize)
+                    );
+                    agree += (g == nearest(&cs, dim, p, geometry)) as usize;
+                }
+                assert!(
+                    agree >= points * 99 / 100,
+                    "{agree} of {points} agree with nearest"
+                );
             }
         }
     }
