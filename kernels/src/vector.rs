@@ -13,6 +13,11 @@
 //! reorder close candidates. The workspace's `.cargo/config.toml` builds simsimd without that
 //! target (`SIMSIMD_TARGET_SAPPHIRE=0`), so f16 inputs are widened and summed in f32 on every CPU;
 //! `f16_kernels_match_scalar_at_every_length` fails if that is lost.
+//!
+//! On such CPUs simsimd's f16 inner product is its AVX2/F16C kernel: 8 lanes and one chain of
+//! dependent additions, a third of a key index scan's time. [`dot_f16`] runs its own AVX-512
+//! kernel where the CPU has AVX-512F (16 lanes widened to f32, four independent sums); the index
+//! and the SQL operators both call [`dot_f16`], so they still agree bit for bit.
 
 use half::f16;
 use simsimd::SpatialSimilarity;
@@ -99,8 +104,144 @@ pub fn cos_distance(a: &[f32], b: &[f32]) -> f32 {
 
 pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
     check_len(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if wide_f16::runs_here() {
+        // SAFETY: the CPU has AVX-512F (checked just above); the lengths are equal.
+        return unsafe { wide_f16::dot(a, b) };
+    }
+    simsimd_dot_f16(a, b)
+}
+
+fn simsimd_dot_f16(a: &[f16], b: &[f16]) -> f32 {
     <simsimd::f16 as SpatialSimilarity>::dot(as_simsimd_f16(a), as_simsimd_f16(b))
         .unwrap_or_else(|| scalar::dot_f16(a, b)) as f32
+}
+
+/// An f16 query widened to f32 once, for many inner products with f16 keys: each product
+/// widens only the key. f16 → f32 is exact, and [`WideQuery::dot`] sums in [`dot_f16`]'s
+/// order, so the two agree bit for bit.
+#[derive(Clone, Debug, Default)]
+pub struct WideQuery {
+    narrow: Vec<f16>,
+    wide: Vec<f32>,
+}
+
+impl WideQuery {
+    pub fn new(query: &[f16]) -> WideQuery {
+        WideQuery {
+            narrow: query.to_vec(),
+            wide: query.iter().map(|x| x.to_f32()).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.narrow.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.narrow.is_empty()
+    }
+
+    /// The query as given.
+    pub fn values(&self) -> &[f16] {
+        &self.narrow
+    }
+
+    /// Exactly `dot_f16(query, key)`.
+    pub fn dot(&self, key: &[f16]) -> f32 {
+        check_len(self.narrow.len(), key.len());
+        #[cfg(target_arch = "x86_64")]
+        if wide_f16::runs_here() {
+            // SAFETY: the CPU has AVX-512F (checked just above); the lengths are equal.
+            return unsafe { wide_f16::dot_wide(&self.wide, key) };
+        }
+        simsimd_dot_f16(&self.narrow, key)
+    }
+
+    /// [`WideQuery::dot`] with every key of `keys` (row-major, the query's length each).
+    pub fn dot_batch(&self, keys: &[f16], out: &mut [f32]) {
+        check_rows(self.len(), keys.len(), out.len());
+        for (row, score) in keys.chunks_exact(self.len()).zip(out.iter_mut()) {
+            *score = self.dot(row);
+        }
+    }
+}
+
+/// The f16 inner product on AVX-512F: 16 values a load, widened to f32 (`vcvtph2ps`), four
+/// independent fused multiply-add chains, the last < 16 values in scalar f32. `dot` widens
+/// both sides, `dot_wide` takes the first already widened; they add the same products in the
+/// same order.
+#[cfg(target_arch = "x86_64")]
+mod wide_f16 {
+    use half::f16;
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    /// Whether this CPU has AVX-512F (checked once).
+    pub fn runs_here() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+    }
+
+    /// One kernel body for both loaders of `a`: `$load_a(i)` is chunk i (16 values) of `a` as
+    /// f32 lanes, `$a_at(i)` value i as f32.
+    macro_rules! dot_body {
+        ($a:ident, $b:ident, $load_a:expr, $a_at:expr) => {{
+            let n = $a.len().min($b.len());
+            let pb = $b.as_ptr() as *const __m256i;
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let chunks = n / 16;
+            let mut c = 0;
+            while c + 4 <= chunks {
+                for (j, sum) in acc.iter_mut().enumerate() {
+                    *sum = _mm512_fmadd_ps($load_a(c + j), widen(pb, c + j), *sum);
+                }
+                c += 4;
+            }
+            while c < chunks {
+                acc[0] = _mm512_fmadd_ps($load_a(c), widen(pb, c), acc[0]);
+                c += 1;
+            }
+            let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+            let mut total = _mm512_reduce_add_ps(sum);
+            for i in chunks * 16..n {
+                total += $a_at(i) * $b[i].to_f32();
+            }
+            total
+        }};
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512F, and `a` and `b` have the same length.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot(a: &[f16], b: &[f16]) -> f32 {
+        let pa = a.as_ptr() as *const __m256i;
+        dot_body!(a, b, |i| widen(pa, i), |i: usize| a[i].to_f32())
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512F, and `a` and `b` have the same length.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot_wide(a: &[f32], b: &[f16]) -> f32 {
+        let pa = a.as_ptr();
+        dot_body!(
+            a,
+            b,
+            |i: usize| _mm512_loadu_ps(pa.add(16 * i)),
+            |i: usize| a[i]
+        )
+    }
+
+    /// The 16 values of chunk `i` (32 bytes) widened to f32; an unaligned load, so any f16
+    /// slice will do.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, and chunk `i` lies inside the slice `p` points into.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn widen(p: *const __m256i, i: usize) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.add(i)))
+    }
 }
 
 pub fn l2sq_f16(a: &[f16], b: &[f16]) -> f32 {
@@ -126,15 +267,17 @@ pub fn dot_batch_f16(query: &[f16], keys: &[f16], out: &mut [f32]) {
     score_rows(query, keys, out, dot_f16);
 }
 
+fn check_rows(dim: usize, values: usize, rows: usize) {
+    assert!(
+        dim > 0 && values == dim * rows,
+        "dot_batch: {rows} keys of {dim} need {} values, got {values}",
+        dim * rows,
+    );
+}
+
 fn score_rows<T>(query: &[T], keys: &[T], out: &mut [f32], kernel: fn(&[T], &[T]) -> f32) {
     let dim = query.len();
-    assert!(
-        dim > 0 && keys.len() == dim * out.len(),
-        "dot_batch: {} keys of {dim} need {} values, got {}",
-        out.len(),
-        dim * out.len(),
-        keys.len()
-    );
+    check_rows(dim, keys.len(), out.len());
     for (row, score) in keys.chunks_exact(dim).zip(out.iter_mut()) {
         *score = kernel(query, row);
     }
@@ -228,6 +371,45 @@ mod tests {
                 n,
             );
         }
+    }
+
+    /// The AVX-512 kernel and simsimd's agree to f32 rounding at every length (where the CPU
+    /// has AVX-512F; elsewhere `dot_f16` is simsimd's and this compares it with itself).
+    #[test]
+    fn wide_f16_dot_matches_simsimd() {
+        for n in lengths() {
+            let a: Vec<f16> = values(3000 + n as u64, n)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            let b: Vec<f16> = values(4000 + n as u64, n)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            let reference = simsimd_dot_f16(&a, &b) as f64;
+            close(dot_f16(&a, &b), reference, 1e-5, "dot_f16 vs simsimd", n);
+        }
+    }
+
+    /// A widened query's products are `dot_f16`'s, bit for bit, at every length.
+    #[test]
+    fn wide_query_equals_dot_f16() {
+        for n in lengths() {
+            let a: Vec<f16> = values(5000 + n as u64, n)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            let b: Vec<f16> = values(6000 + n as u64, n)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            let q = WideQuery::new(&a);
+            assert_eq!(q.dot(&b).to_bits(), dot_f16(&a, &b).to_bits(), "length {n}");
+        }
+        let q = WideQuery::new(&[f16::ONE; 3]);
+        let mut out = [0.0; 2];
+        q.dot_batch(&[f16::ONE; 6], &mut out);
+        assert_eq!(out, [3.0, 3.0]);
     }
 
     #[test]

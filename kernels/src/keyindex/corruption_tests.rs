@@ -17,6 +17,7 @@ use crate::layout::{Corrupt, MetaError, PageHeader, PageKind, Tid, HEADER_SIZE};
 use crate::page::fuzz::{bounded, damage_every_page, Tally};
 use crate::page::{BlockNumber, MemoryStore, PageRead, NO_BLOCK};
 use crate::synthetic::{centres, clustered};
+use crate::vector::WideQuery;
 
 const LISTS: usize = 6;
 
@@ -144,7 +145,14 @@ fn scan_err(store: &MemoryStore, list: u32) -> Corrupt {
     let store = store.clone();
     bounded(format!("scan of list {list}"), move || {
         let meta = Meta::load(&store).unwrap();
-        scan_list(&store, &meta, list, &keys(1, 3)[0], &mut Vec::new()).unwrap_err()
+        scan_list(
+            &store,
+            &meta,
+            list,
+            &WideQuery::new(&keys(1, 3)[0]),
+            &mut Vec::new(),
+        )
+        .unwrap_err()
     })
 }
 

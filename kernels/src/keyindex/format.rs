@@ -56,6 +56,15 @@ impl Metric {
         }
     }
 
+    /// [`Metric::distance`] of a query widened once for many keys: the same value, bit for bit.
+    #[inline]
+    pub fn distance_to(self, query: &vector::WideQuery, key: &[f16]) -> f64 {
+        match self {
+            Metric::InnerProduct => -(query.dot(key) as f64),
+            _ => self.distance(query.values(), key),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Metric::InnerProduct => "inner product",

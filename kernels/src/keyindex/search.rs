@@ -4,11 +4,13 @@ use half::f16;
 
 use super::format::{centroids_per_page, Meta};
 use super::lists::{for_each_entry, list_chain, list_header, list_ref};
+use super::probe::ProbeOrder;
 use crate::kmeans::{self, Geometry};
 use crate::layout::{
     corrupt, ByteReader, Corrupt, InBlock, PageHeader, PageKind, Tid, HEADER_SIZE,
 };
 use crate::page::{PageRead, NO_BLOCK};
+use crate::vector::WideQuery;
 
 /// The centroids of one build, in memory (they never change after it; a new build has a new
 /// [`Meta::build_id`]).
@@ -16,6 +18,11 @@ pub struct Centroids {
     pub dim: usize,
     pub geometry: Geometry,
     pub rows: Vec<f32>,
+    /// `rows` rounded to f16, what queries rank: half the bytes to read per query, and ranking
+    /// the centroids reads as many bytes as the lists a query probes. Which lists a query reads
+    /// may differ from the f32 ranking where two centroids are within f16 rounding of each
+    /// other; the distances of the entries read are exact either way.
+    rows16: Vec<f16>,
     /// [`kmeans::half_squared_norms`] of `rows`, computed once per load (not per key or query).
     half_norms: Vec<f32>,
     pub build_id: u64,
@@ -44,6 +51,7 @@ impl Centroids {
             dim,
             geometry,
             half_norms: kmeans::half_squared_norms(&rows, dim, geometry),
+            rows16: rows.iter().map(|&x| f16::from_f32(x)).collect(),
             rows,
             build_id: meta.build_id,
         })
@@ -72,9 +80,16 @@ impl Centroids {
         kmeans::nearest_with(&self.rows, &self.half_norms, &Self::widen(key))
     }
 
-    /// Every list, nearest first: the order a query probes them in.
-    pub fn probe_order(&self, query: &[f16]) -> Vec<u32> {
-        kmeans::ranked_with(&self.rows, &self.half_norms, &Self::widen(query))
+    /// Every list, nearest first (by the f16 centroids): the order a query probes them in.
+    pub fn probe_order(&self, query: &WideQuery) -> ProbeOrder {
+        let mut nearness = vec![0.0f32; self.half_norms.len()];
+        query.dot_batch(&self.rows16, &mut nearness);
+        // As kmeans::nearness: p·c, less |c|²/2 for L2.
+        nearness
+            .iter_mut()
+            .zip(&self.half_norms)
+            .for_each(|(s, n)| *s -= n);
+        ProbeOrder::new(nearness)
     }
 }
 
@@ -121,7 +136,7 @@ pub fn scan_list<S: PageRead>(
     store: &S,
     meta: &Meta,
     list: u32,
-    query: &[f16],
+    query: &WideQuery,
     out: &mut Vec<Candidate>,
 ) -> Result<usize, Corrupt> {
     if query.len() != meta.dim as usize {
@@ -140,7 +155,7 @@ pub fn scan_list<S: PageRead>(
         let next = list_header(&page, meta).in_block(block)?.next;
         for_each_entry(&page, meta, &mut scratch, |tid, key| {
             out.push(Candidate {
-                distance: meta.metric.distance(query, key),
+                distance: meta.metric.distance_to(query, key),
                 tid,
             });
         })
@@ -160,9 +175,12 @@ pub fn search<S: PageRead>(
     k: usize,
 ) -> Result<Vec<Candidate>, Corrupt> {
     centroids.check_dim(meta, query)?;
+    let query = WideQuery::new(query);
     let mut out = Vec::new();
-    for &list in centroids.probe_order(query).iter().take(probes.max(1)) {
-        scan_list(store, meta, list, query, &mut out)?;
+    let mut order = centroids.probe_order(&query);
+    let end = probes.max(1).min(order.len());
+    for &list in order.lists(0, end) {
+        scan_list(store, meta, list, &query, &mut out)?;
     }
     out.sort_by(candidate_order);
     out.truncate(k);

@@ -8,13 +8,14 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use half::f16;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
+use pg_skills_kernels::keyindex::probe::ProbeOrder;
 use pg_skills_kernels::keyindex::search::{candidate_order, scan_list};
 use pg_skills_kernels::keyindex::Candidate;
 use pg_skills_kernels::layout::Tid;
+use pg_skills_kernels::vector::WideQuery;
 
 use super::{centroids, checked_meta, metric_of_strategy};
 use crate::errors::raise;
@@ -24,9 +25,9 @@ use crate::storage::{BufferStore, Mode, OrRaise};
 
 #[derive(Default)]
 struct ScanState {
-    query: Vec<f16>,
+    query: WideQuery,
     /// Lists nearest first; `next` is the first not yet read.
-    order: Vec<u32>,
+    order: ProbeOrder,
     next: usize,
     limit: usize,
     /// Lists read per batch.
@@ -134,6 +135,7 @@ unsafe fn start_query(
             None,
         );
     }
+    let key = WideQuery::new(&key);
     state.order = centroids(&store, index, &meta).probe_order(&key);
     state.limit = if max == 0 {
         state.order.len()
@@ -149,7 +151,7 @@ unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
     let meta = checked_meta(&store, index);
     let end = (state.next + state.probes).min(state.limit);
     let mut batch = Vec::new();
-    for &list in &state.order[state.next..end] {
+    for &list in state.order.lists(state.next, end) {
         scan_list(&store, &meta, list, &state.query, &mut batch).or_raise(index);
         pg_sys::check_for_interrupts!();
     }
