@@ -83,7 +83,8 @@ mod tests {
         let queries = key_table(3000, 5);
         exec("CREATE INDEX key_test_ip ON key_test USING skeys (key)");
         let lists: i32 = one("SELECT lists FROM skills.key_index_stats('key_test_ip')");
-        assert_eq!(lists, 55, "√3000 lists");
+        // 4·√3000 = 219 would leave 14 keys a list: the default trains 32 keys a list at least.
+        assert_eq!(lists, 93, "3000 keys, 32 a list");
         let entries: i64 = one("SELECT entries FROM skills.key_index_stats('key_test_ip')");
         assert_eq!(entries, 3000);
         let sql = format!(
@@ -114,7 +115,7 @@ mod tests {
         let recall = found as f64 / (queries.len() * 10) as f64;
         assert!(recall >= 0.95, "recall@10 {recall} at the default breadth");
 
-        exec("SET LOCAL pg_skills.key_probes = 55");
+        exec("SET LOCAL pg_skills.key_probes = 93");
         for q in &queries[..5] {
             let exact = seqscan(|| nearest("<#>", q, "", 10));
             assert_eq!(
@@ -294,6 +295,31 @@ mod tests {
             "{}",
             capped.len()
         );
+    }
+
+    /// The default lists: 4·√rows when the sample trains 32 keys a list; fewer when
+    /// maintenance_work_mem holds a smaller sample (a notice says so); `lists` as given.
+    #[pg_test]
+    fn key_index_default_lists_follow_rows_and_sample() {
+        key_table(3000, 6);
+        let lists = || -> i32 { one("SELECT lists FROM skills.key_index_stats('key_test_ip')") };
+        // 1 MB holds a sample of 1,000 keys (the least): 31 lists, not 93.
+        exec("SET LOCAL maintenance_work_mem = '1MB'");
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key)");
+        assert_eq!(lists(), 31);
+        exec("SET LOCAL maintenance_work_mem = '64MB'");
+        exec("REINDEX INDEX key_test_ip");
+        assert_eq!(lists(), 93);
+        // 12,000 rows: 4·√12000 = 438 lists would train 27 keys a list.
+        exec(
+            "INSERT INTO key_test SELECT id + 3000 * g, category, key FROM key_test, generate_series(1, 3) AS g",
+        );
+        exec("SET LOCAL maintenance_work_mem = '256MB'");
+        exec("REINDEX INDEX key_test_ip");
+        assert_eq!(lists(), 375, "12,000 keys, 32 a list");
+        exec("DROP INDEX key_test_ip");
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 20)");
+        assert_eq!(lists(), 20);
     }
 
     #[pg_test(error = "a skills.keyquery's probes is 0, outside 1 to 65535")]

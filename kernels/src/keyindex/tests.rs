@@ -128,17 +128,21 @@ impl Fixture {
     }
 }
 
+/// A tenth of the fixture's 40 lists: the fraction of the keys the default breadth reads on
+/// 4·√N lists at a few thousand keys.
+const PROBES: usize = 4;
+
 #[test]
 fn recall_at_build_after_inserts_and_after_vacuum() {
     for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
         let mut f = Fixture::build(3000, 40, metric, 11);
-        let r = f.recall(DEFAULT_PROBES);
+        let r = f.recall(PROBES);
         assert!(r >= 0.95, "{metric:?}: recall {r} at build");
         // Probing every list is exact search.
         assert_eq!(f.recall(40), 1.0, "{metric:?}");
 
         f.insert(1000);
-        let r = f.recall(DEFAULT_PROBES);
+        let r = f.recall(PROBES);
         assert!(r >= 0.95, "{metric:?}: recall {r} after inserts");
 
         let mut rng = SplitMix64(5);
@@ -162,7 +166,7 @@ fn recall_at_build_after_inserts_and_after_vacuum() {
         assert_eq!(stats.removed as usize, dead.len());
         f.live.retain(|t, _| !dead.contains(t));
         assert_eq!(stats.remaining as usize, f.live.len());
-        let r = f.recall(DEFAULT_PROBES);
+        let r = f.recall(PROBES);
         assert!(r >= 0.95, "{metric:?}: recall {r} after VACUUM");
         assert_eq!(f.recall(40), 1.0, "{metric:?}: exact after VACUUM");
     }
@@ -260,4 +264,57 @@ fn f16_storage_keeps_rankings() {
         overlap >= 0.97,
         "f16 keys change rankings: overlap {overlap}"
     );
+}
+
+/// The probe order, asked for a piece at a time as an iterative scan asks, is the full sort's
+/// (nearer first, then the lower list), ties included.
+#[test]
+fn probe_order_in_pieces_is_the_ranking() {
+    let mut rng = SplitMix64(21);
+    for (case, lists) in [1usize, 2, 9, 50, 1000].into_iter().enumerate() {
+        // Values from a small set, so that many lists tie.
+        let nearness: Vec<f32> = (0..lists).map(|_| rng.below(17) as f32 / 4.0).collect();
+        let mut want: Vec<u32> = (0..lists as u32).collect();
+        want.sort_by(|&a, &b| kmeans::nearer_first(&nearness, a, b));
+        let mut order = probe::ProbeOrder::new(nearness);
+        assert_eq!(order.len(), lists);
+        let mut got = Vec::new();
+        let mut start = 0;
+        for step in [1, 3, 4, 7, 50].iter().cycle().skip(case) {
+            let end = (start + step).min(lists);
+            got.extend_from_slice(order.lists(start, end));
+            start = end;
+            if start == lists {
+                break;
+            }
+        }
+        assert_eq!(got, want, "{lists} lists");
+        // Asking again for a range already ordered gives the same lists.
+        let end = lists.min(5);
+        assert_eq!(order.lists(0, end), &want[..end]);
+    }
+}
+
+/// The f16 centroids rank a query's lists as the f32 ones do, apart from near ties.
+#[test]
+fn probe_order_follows_the_centroids() {
+    for metric in [Metric::InnerProduct, Metric::L2] {
+        let f = Fixture::build(600, 50, metric, 21);
+        let queries = to_f16(&clustered(&f.centres, DIM, 20, 99));
+        let mut same_first = 0;
+        for q in queries.chunks_exact(DIM) {
+            let widened: Vec<f32> = q.iter().map(|x| x.to_f32()).collect();
+            let want = kmeans::ranked(&f.centroids.rows, DIM, &widened, metric.geometry());
+            let mut order = f.centroids.probe_order(&crate::vector::WideQuery::new(q));
+            let got = order.lists(0, want.len()).to_vec();
+            let mut sorted = got.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..50).collect::<Vec<u32>>(), "{metric:?}");
+            same_first += (got[..5] == want[..5]) as usize;
+        }
+        assert!(
+            same_first >= 18,
+            "{metric:?}: {same_first} of 20 agree on the first 5 lists"
+        );
+    }
 }

@@ -104,11 +104,25 @@ pub unsafe extern "C-unwind" fn ambuild(
         &mut sample as *mut _ as *mut c_void,
     );
 
-    let wanted = match options::lists_of(index) {
-        0 => options::auto_lists(sample.seen),
-        n => n,
-    } as usize;
     let points = sample.sample.len() / KEY_DIM;
+    let wanted = match options::lists_of(index) {
+        0 => {
+            // As many lists as the rows call for, if the sample trains each on enough keys.
+            let lists = options::default_lists(sample.seen, points as u64);
+            let unbounded = options::default_lists(sample.seen, sample.seen);
+            if lists < unbounded {
+                pgrx::notice!(
+                    "skeys: {lists} lists, not the {unbounded} that {} keys call for: the sample in \
+                     maintenance_work_mem holds {points} keys, {} per list; raise \
+                     maintenance_work_mem (a quarter of it holds the sample) for more lists",
+                    sample.seen,
+                    options::MIN_SAMPLE_PER_AUTO_LIST
+                );
+            }
+            lists as usize
+        }
+        n => n as usize,
+    };
     // Train on a uniform subset of the reservoir: a shuffle's prefix.
     let use_points = points.min(wanted * SAMPLE_PER_LIST);
     for i in 0..use_points {

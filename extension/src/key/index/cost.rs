@@ -7,9 +7,11 @@ use crate::am::PathCost;
 
 crate::am::amcostestimate!(probe_cost);
 
-/// Lists ≈ √tuples; a scan reads `probes` of them: probes·√tuples entries, their pages.
+/// Lists as a build without `lists` picks them (with a sample of every row); a scan reads
+/// `probes` of them.
 fn probe_cost(index_pages: f64, tuples: f64) -> PathCost {
-    let lists = tuples.sqrt().max(1.0);
+    let rows = tuples.max(0.0) as u64;
+    let lists = crate::key::index::options::default_lists(rows, rows) as f64;
     let probes = (crate::guc::KEY_PROBES.get().max(1) as f64).min(lists);
     let fraction = probes / lists;
     let read_pages = (index_pages * fraction).max(1.0);
