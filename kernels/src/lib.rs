@@ -30,6 +30,7 @@ pub mod compressor;
 pub mod encoder;
 pub mod fusion;
 pub mod graph;
+pub mod int8_rows;
 pub mod interrupt;
 pub mod keyindex;
 pub mod keyopt;

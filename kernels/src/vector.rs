@@ -147,6 +147,11 @@ impl WideQuery {
         &self.narrow
     }
 
+    /// The query in f32 (exactly its values).
+    pub fn widened(&self) -> &[f32] {
+        &self.wide
+    }
+
     /// Exactly `dot_f16(query, key)`.
     pub fn dot(&self, key: &[f16]) -> f32 {
         check_len(self.narrow.len(), key.len());

@@ -5,6 +5,7 @@ use half::f16;
 use super::format::{centroids_per_page, Meta};
 use super::lists::{for_each_entry, list_chain, list_header, list_ref};
 use super::probe::ProbeOrder;
+use crate::int8_rows::Int8Rows;
 use crate::kmeans::{self, Geometry};
 use crate::layout::{
     corrupt, ByteReader, Corrupt, InBlock, PageHeader, PageKind, Tid, HEADER_SIZE,
@@ -18,11 +19,11 @@ pub struct Centroids {
     pub dim: usize,
     pub geometry: Geometry,
     pub rows: Vec<f32>,
-    /// `rows` rounded to f16, what queries rank: half the bytes to read per query, and ranking
-    /// the centroids reads as many bytes as the lists a query probes. Which lists a query reads
-    /// may differ from the f32 ranking where two centroids are within f16 rounding of each
-    /// other; the distances of the entries read are exact either way.
-    rows16: Vec<f16>,
+    /// `rows` in 8-bit codes, what queries rank: a quarter of the bytes to stream per query
+    /// (ranking a thousand f32 centroids read more bytes than the lists a query probes). Which
+    /// lists a query reads may differ from the f32 ranking where two centroids are within the
+    /// codes' rounding of each other; the distances of the entries read are exact either way.
+    rows8: Int8Rows,
     /// [`kmeans::half_squared_norms`] of `rows`, computed once per load (not per key or query).
     half_norms: Vec<f32>,
     pub build_id: u64,
@@ -51,7 +52,7 @@ impl Centroids {
             dim,
             geometry,
             half_norms: kmeans::half_squared_norms(&rows, dim, geometry),
-            rows16: rows.iter().map(|&x| f16::from_f32(x)).collect(),
+            rows8: Int8Rows::new(&rows, dim),
             rows,
             build_id: meta.build_id,
         })
@@ -80,10 +81,10 @@ impl Centroids {
         kmeans::nearest_with(&self.rows, &self.half_norms, &Self::widen(key))
     }
 
-    /// Every list, nearest first (by the f16 centroids): the order a query probes them in.
+    /// Every list, nearest first (by the 8-bit centroids): the order a query probes them in.
     pub fn probe_order(&self, query: &WideQuery) -> ProbeOrder {
         let mut nearness = vec![0.0f32; self.half_norms.len()];
-        query.dot_batch(&self.rows16, &mut nearness);
+        self.rows8.dots(query.widened(), &mut nearness);
         // As kmeans::nearness: p·c, less |c|²/2 for L2.
         nearness
             .iter_mut()

@@ -295,13 +295,14 @@ fn probe_order_in_pieces_is_the_ranking() {
     }
 }
 
-/// The f16 centroids rank a query's lists as the f32 ones do, apart from near ties.
+/// The 8-bit centroids rank a query's lists as the f32 ones do, apart from near ties: the
+/// nearest list nearly always, and the same five nearest lists (in any order) for nearly all.
 #[test]
 fn probe_order_follows_the_centroids() {
     for metric in [Metric::InnerProduct, Metric::L2] {
         let f = Fixture::build(600, 50, metric, 21);
-        let queries = to_f16(&clustered(&f.centres, DIM, 20, 99));
-        let mut same_first = 0;
+        let queries = to_f16(&clustered(&f.centres, DIM, 40, 99));
+        let (mut same_nearest, mut shared_of_five) = (0, 0);
         for q in queries.chunks_exact(DIM) {
             let widened: Vec<f32> = q.iter().map(|x| x.to_f32()).collect();
             let want = kmeans::ranked(&f.centroids.rows, DIM, &widened, metric.geometry());
@@ -310,11 +311,16 @@ fn probe_order_follows_the_centroids() {
             let mut sorted = got.clone();
             sorted.sort();
             assert_eq!(sorted, (0..50).collect::<Vec<u32>>(), "{metric:?}");
-            same_first += (got[..5] == want[..5]) as usize;
+            same_nearest += (got[0] == want[0]) as usize;
+            shared_of_five += got[..5].iter().filter(|l| want[..5].contains(l)).count();
         }
         assert!(
-            same_first >= 18,
-            "{metric:?}: {same_first} of 20 agree on the first 5 lists"
+            same_nearest >= 38,
+            "{metric:?}: {same_nearest} of 40 nearest lists agree"
+        );
+        assert!(
+            shared_of_five >= 190,
+            "{metric:?}: {shared_of_five} of 200 of the first five lists agree"
         );
     }
 }
