@@ -495,7 +495,7 @@ macro_rules! amcostestimate {
             }
             let info = (*path).indexinfo;
             let estimate: crate::am::PathCost =
-                $model((*info).pages as f64, (*info).tuples.max(1.0));
+                $model(path, (*info).pages as f64, (*info).tuples.max(1.0));
             *startup = estimate.cost;
             *total = estimate.cost;
             *pages = estimate.pages;

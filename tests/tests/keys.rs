@@ -58,8 +58,13 @@ fn nearest(c: &mut Client, key: &str, index: bool) -> Vec<(i64, f64)> {
     )
 }
 
+/// Whether the planner takes the index at a breadth that reads some of its lists (reading all
+/// of them, a sequential scan and a sort of these few hundred rows cost less).
 fn uses_index(c: &mut Client) -> bool {
-    c.query(
+    let mut tx = c.transaction().unwrap();
+    tx.batch_execute("SET LOCAL pg_skills.key_probes = 2")
+        .unwrap();
+    tx.query(
         "EXPLAIN SELECT id FROM key_t ORDER BY key OPERATOR(skills.<->) (SELECT key FROM key_t LIMIT 1) LIMIT 5",
         &[],
     )

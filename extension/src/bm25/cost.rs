@@ -11,7 +11,7 @@ crate::am::amcostestimate!(top_k_cost);
 /// A top-k query reads the dictionary path of each query term and part of its postings:
 /// roughly logarithmic in the index plus a small fraction of it. (genericcostestimate would
 /// also charge the ORDER BY operator per row, which an index scan never evaluates.)
-fn top_k_cost(index_pages: f64, tuples: f64) -> PathCost {
+fn top_k_cost(_path: *mut pg_sys::IndexPath, index_pages: f64, tuples: f64) -> PathCost {
     // SAFETY: reads of the planner's cost settings on the backend's thread.
     let (random_page, seq_page, index_tuple) = unsafe {
         (

@@ -251,10 +251,15 @@ pub fn nearest(op: &str, q: &[f32], filter: &str, limit: usize) -> Vec<(i64, f64
     ))
 }
 
+/// `f` with index scans off and sequential scans on (whatever the test set for them), then
+/// both as they were.
 pub fn seqscan<T>(f: impl FnOnce() -> T) -> T {
+    let seq: String = one("SELECT current_setting('enable_seqscan')");
     exec("SET LOCAL enable_indexscan = off");
+    exec("SET LOCAL enable_seqscan = on");
     let out = f();
     exec("SET LOCAL enable_indexscan = on");
+    exec(&format!("SET LOCAL enable_seqscan = {}", if seq == "on" { "on" } else { "off" }));
     out
 }
 

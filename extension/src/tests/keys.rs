@@ -116,6 +116,8 @@ mod tests {
         assert!(recall >= 0.95, "recall@10 {recall} at the default breadth");
 
         exec("SET LOCAL pg_skills.key_probes = 93");
+        // Every list read: a sequential scan may cost less; these compare the index's answer.
+        exec("SET LOCAL enable_seqscan = off");
         for q in &queries[..5] {
             let exact = seqscan(|| nearest("<#>", q, "", 10));
             assert_eq!(
@@ -142,6 +144,8 @@ mod tests {
                 "CREATE INDEX key_test_m ON key_test USING skeys (key {class}) WITH (lists = 8)"
             ));
             exec("SET LOCAL pg_skills.key_probes = 8");
+            // Every list read: a sequential scan may cost less; these compare the index's answer.
+            exec("SET LOCAL enable_seqscan = off");
             for q in &queries[..4] {
                 let exact = seqscan(|| nearest(op, q, "", 10));
                 assert_eq!(nearest(op, q, "", 10), exact, "{class}");
@@ -178,6 +182,8 @@ mod tests {
         exec("DELETE FROM key_test WHERE id % 3 = 0");
         exec("UPDATE key_test SET key = key WHERE id % 7 = 0");
         exec("SET LOCAL pg_skills.key_probes = 10");
+        // Every list read: a sequential scan may cost less; these compare the index's answer.
+        exec("SET LOCAL enable_seqscan = off");
         for q in &queries[..6] {
             let exact = seqscan(|| nearest("<#>", q, "", 15));
             let got = nearest("<#>", q, "", 15);
@@ -294,6 +300,34 @@ mod tests {
             capped.len() < 10 && capped.len() as i64 <= per_list,
             "{}",
             capped.len()
+        );
+    }
+
+    /// The planner costs a scan at the breadth a constant skills.keyquery carries (what Citus
+    /// sends to shards, whose sessions lack the coordinator's setting): one list of eight is
+    /// an index scan even where the session's breadth reads every list.
+    #[pg_test]
+    fn key_index_cost_follows_the_breadth_in_the_query() {
+        let queries = key_table(600, 9);
+        exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 8)");
+        exec("ANALYZE key_test");
+        exec("SET LOCAL pg_skills.key_probes = 65535");
+        let q = key_literal(&queries[0]);
+        let carried = format!(
+            "SELECT id FROM key_test ORDER BY key OPERATOR(skills.<#>) skills.key_query({q}, 1, 0) LIMIT 3"
+        );
+        assert!(
+            plan(&carried).contains("Index Scan using key_test_ip"),
+            "{}",
+            plan(&carried)
+        );
+        exec("SET LOCAL pg_skills.key_probes = 1");
+        let plain =
+            format!("SELECT id FROM key_test ORDER BY key OPERATOR(skills.<#>) {q} LIMIT 3");
+        assert!(
+            plan(&plain).contains("Index Scan using key_test_ip"),
+            "{}",
+            plan(&plain)
         );
     }
 
