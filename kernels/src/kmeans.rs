@@ -295,7 +295,7 @@ pub fn ranked_with(centroids: &[f32], norms: &[f32], point: &[f32]) -> Vec<u32> 
 
 /// How near each centroid is to `point`, larger nearer: p·c for spheres; p·c − |c|²/2 =
 /// (|p|² − |p − c|²)/2 − const for L2.
-pub fn nearness(centroids: &[f32], norms: &[f32], point: &[f32]) -> Vec<f32> {
+fn nearness(centroids: &[f32], norms: &[f32], point: &[f32]) -> Vec<f32> {
     let mut scores = vec![0.0f32; norms.len()];
     dot_batch(point, centroids, &mut scores);
     scores.iter_mut().zip(norms).for_each(|(s, n)| *s -= n);

@@ -162,14 +162,6 @@ impl WideQuery {
         }
         simsimd_dot_f16(&self.narrow, key)
     }
-
-    /// [`WideQuery::dot`] with every key of `keys` (row-major, the query's length each).
-    pub fn dot_batch(&self, keys: &[f16], out: &mut [f32]) {
-        check_rows(self.len(), keys.len(), out.len());
-        for (row, score) in keys.chunks_exact(self.len()).zip(out.iter_mut()) {
-            *score = self.dot(row);
-        }
-    }
 }
 
 /// The f16 inner product on AVX-512F: 16 values a load, widened to f32 (`vcvtph2ps`), four
@@ -272,17 +264,15 @@ pub fn dot_batch_f16(query: &[f16], keys: &[f16], out: &mut [f32]) {
     score_rows(query, keys, out, dot_f16);
 }
 
-fn check_rows(dim: usize, values: usize, rows: usize) {
-    assert!(
-        dim > 0 && values == dim * rows,
-        "dot_batch: {rows} keys of {dim} need {} values, got {values}",
-        dim * rows,
-    );
-}
-
 fn score_rows<T>(query: &[T], keys: &[T], out: &mut [f32], kernel: fn(&[T], &[T]) -> f32) {
     let dim = query.len();
-    check_rows(dim, keys.len(), out.len());
+    assert!(
+        dim > 0 && keys.len() == dim * out.len(),
+        "dot_batch: {} keys of {dim} need {} values, got {}",
+        out.len(),
+        dim * out.len(),
+        keys.len()
+    );
     for (row, score) in keys.chunks_exact(dim).zip(out.iter_mut()) {
         *score = kernel(query, row);
     }
@@ -411,10 +401,6 @@ mod tests {
             let q = WideQuery::new(&a);
             assert_eq!(q.dot(&b).to_bits(), dot_f16(&a, &b).to_bits(), "length {n}");
         }
-        let q = WideQuery::new(&[f16::ONE; 3]);
-        let mut out = [0.0; 2];
-        q.dot_batch(&[f16::ONE; 6], &mut out);
-        assert_eq!(out, [3.0, 3.0]);
     }
 
     #[test]
