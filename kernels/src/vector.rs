@@ -368,19 +368,17 @@ mod tests {
         }
     }
 
+    /// [`values`] rounded to f16.
+    fn halves(seed: u64, n: usize) -> Vec<f16> {
+        values(seed, n).into_iter().map(f16::from_f32).collect()
+    }
+
     /// The AVX-512 kernel and simsimd's agree to f32 rounding at every length (where the CPU
     /// has AVX-512F; elsewhere `dot_f16` is simsimd's and this compares it with itself).
     #[test]
     fn wide_f16_dot_matches_simsimd() {
         for n in lengths() {
-            let a: Vec<f16> = values(3000 + n as u64, n)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
-            let b: Vec<f16> = values(4000 + n as u64, n)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
+            let (a, b) = (halves(3000 + n as u64, n), halves(4000 + n as u64, n));
             let reference = simsimd_dot_f16(&a, &b) as f64;
             close(dot_f16(&a, &b), reference, 1e-5, "dot_f16 vs simsimd", n);
         }
@@ -390,14 +388,7 @@ mod tests {
     #[test]
     fn wide_query_equals_dot_f16() {
         for n in lengths() {
-            let a: Vec<f16> = values(5000 + n as u64, n)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
-            let b: Vec<f16> = values(6000 + n as u64, n)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
+            let (a, b) = (halves(5000 + n as u64, n), halves(6000 + n as u64, n));
             let q = WideQuery::new(&a);
             assert_eq!(q.dot(&b).to_bits(), dot_f16(&a, &b).to_bits(), "length {n}");
         }

@@ -147,17 +147,21 @@ struct Search<'a> {
     setting: &'a str,
 }
 
+/// The plan of `sql`, a line a row.
+fn explain(db: &mut Client, sql: &str) -> Vec<String> {
+    db.query(&format!("EXPLAIN {sql}"), &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// Searches per second inside one statement: every query's top-10 as a lateral index scan, so
 /// the statement's own cost (round trip, parse, plan, executor start) is paid once, not per
 /// search. The index's work is what is left. Best of three runs; checks that each query
 /// returned ten rows through an index scan.
 fn in_statement_qps(db: &mut Client, lateral_sql: &str, queries: usize) -> f64 {
-    let plan: Vec<String> = db
-        .query(&format!("EXPLAIN {lateral_sql}"), &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let plan = explain(db, lateral_sql);
     assert!(
         plan.iter().any(|l| l.contains("Index Scan")),
         "the lateral search is not an index scan: {plan:?}"
@@ -413,15 +417,10 @@ fn main() {
             (stats.get(0), stats.get(1), stats.get(2), stats.get(3));
         eprintln!("built in {build:.1} s: {lists} lists, largest {largest}");
 
-        let plan: Vec<String> = db
-            .query(
-                "EXPLAIN SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) (SELECT q FROM bench_queries WHERE id = 1) LIMIT 10",
-                &[],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let plan = explain(
+            &mut db,
+            "SELECT id FROM keys ORDER BY key OPERATOR(skills.<#>) (SELECT q FROM bench_queries WHERE id = 1) LIMIT 10",
+        );
         assert!(
             plan.iter().any(|l| l.contains("Index Scan using keys_ip")),
             "{plan:?}"
