@@ -99,6 +99,7 @@ mod tests {
         if !have_model() {
             return;
         }
+        own_skill_keys();
         let ids = demo_skills();
         exec("SELECT skills.embed_pending()");
         let q = "'my program crashed with a panic, where did it happen'";

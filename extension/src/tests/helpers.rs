@@ -251,6 +251,16 @@ pub fn nearest(op: &str, q: &[f32], filter: &str, limit: usize) -> Vec<(i64, f64
     ))
 }
 
+/// Serialises the tests that build an index on skills.skill_key. Each inserts keys (a row
+/// exclusive lock) and then builds the index (a share lock, which conflicts with the other's
+/// row exclusive lock): two at once would wait for each other, a deadlock. The skills are
+/// locked too: a test that inserts a skill of the same name would wait for this one while
+/// this one waits for its keys. Call before the test writes anything; the locks go with the
+/// test's transaction.
+pub fn own_skill_keys() {
+    exec("LOCK TABLE skills.skill, skills.skill_key IN SHARE ROW EXCLUSIVE MODE");
+}
+
 /// `f` with index scans off and sequential scans on (whatever the test set for them), then
 /// both as they were.
 pub fn seqscan<T>(f: impl FnOnce() -> T) -> T {
@@ -259,7 +269,10 @@ pub fn seqscan<T>(f: impl FnOnce() -> T) -> T {
     exec("SET LOCAL enable_seqscan = on");
     let out = f();
     exec("SET LOCAL enable_indexscan = on");
-    exec(&format!("SET LOCAL enable_seqscan = {}", if seq == "on" { "on" } else { "off" }));
+    exec(&format!(
+        "SET LOCAL enable_seqscan = {}",
+        if seq == "on" { "on" } else { "off" }
+    ));
     out
 }
 

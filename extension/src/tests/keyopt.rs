@@ -555,6 +555,7 @@ mod tests {
         if !have_model() {
             return;
         }
+        own_skill_keys();
         let ids = demo_skills();
         exec("SELECT skills.embed_pending()");
         record_bisect_runs(&ids);

@@ -402,6 +402,7 @@ mod tests {
     /// index cannot serve), and still resolves ties at the cut by id as the exact order does.
     #[pg_test]
     fn semantic_search_uses_the_key_index_and_orders_ties_by_id() {
+        own_skill_keys();
         let mut rng = Rng(77);
         random_skills(&mut rng, 1500);
         // Three consecutive skills share each key: ties everywhere.

@@ -163,6 +163,7 @@ mod tests {
 
     #[pg_test]
     fn build_graph_finds_the_nearest_keys_through_the_skeys_index() {
+        own_skill_keys();
         // 2,000 skills with pseudo-random unit-ish keys (their nearest keys have q·k about 0.1).
         exec(
             "INSERT INTO skills.skill (name, description, instructions) \
