@@ -7,8 +7,6 @@
 //! every query (the key index's centroids). The values are approximations (about three
 //! significant digits), for choosing what to read, not for the distances a query returns.
 
-use std::sync::OnceLock;
-
 /// Rows of `dim` values as i8 codes with a scale per row.
 #[derive(Clone, Debug, Default)]
 pub struct Int8Rows {
@@ -113,16 +111,12 @@ impl Int8Rows {
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
-    use super::OnceLock;
     use std::arch::x86_64::*;
 
-    /// Whether this CPU has AVX-512F, BW and VNNI (checked once).
+    /// Whether this CPU has AVX-512F, BW and VNNI (std caches the detection).
     pub fn runs_here() -> bool {
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            use std::arch::is_x86_feature_detected as has;
-            has!("avx512f") && has!("avx512bw") && has!("avx512vnni")
-        })
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f") && has!("avx512bw") && has!("avx512vnni")
     }
 
     /// `out[r] = Σ_i unsigned[i] · codes[r·dim + i]` (u8 × i8, i32 sums: at most

@@ -172,12 +172,10 @@ impl WideQuery {
 mod wide_f16 {
     use half::f16;
     use std::arch::x86_64::*;
-    use std::sync::OnceLock;
 
-    /// Whether this CPU has AVX-512F (checked once).
+    /// Whether this CPU has AVX-512F (std caches the detection).
     pub fn runs_here() -> bool {
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+        std::arch::is_x86_feature_detected!("avx512f")
     }
 
     /// One kernel body for both loaders of `a`: `$load_a(i)` is chunk i (16 values) of `a` as

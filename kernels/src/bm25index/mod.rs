@@ -26,7 +26,9 @@ pub use corpus::Corpus;
 pub use document::{analyze, query_terms, AnalyzedDoc, QueryStats, Scorer};
 pub use format::{IndexOptions, Meta, MetaError, Tid, FORMAT_VERSION};
 pub use maintenance::{Exclusion, NoReaders};
-pub use search::{all_documents, documents_after, try_prepare, DocTableCache, SearchHit};
+#[cfg(test)]
+pub use search::all_documents;
+pub use search::{documents_after, try_prepare, DocTableCache, SearchHit};
 
 pub use crate::page::Corrupt;
 use crate::page::PageRead;

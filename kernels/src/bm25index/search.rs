@@ -454,7 +454,9 @@ fn below(partial: f64, theta: f64) -> bool {
     partial * (1.0 + 1e-12) + 1e-12 < theta
 }
 
-/// Every live document's TID, in TID order (the index returns them, score 0, after the matches).
+/// Every live document's TID, in TID order: [`documents_after`] in one batch, what the tests
+/// compare the index's contents with.
+#[cfg(test)]
 pub fn all_documents<S: PageRead>(store: &S) -> Result<Vec<Tid>, Corrupt> {
     let (docs, _) = documents_after(store, &mut DocTableCache::default(), None, usize::MAX)?;
     Ok(docs.into_iter().map(|(tid, _)| tid).collect())
