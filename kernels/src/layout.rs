@@ -122,6 +122,8 @@ pub enum PageKind {
     ListDirectory = 8,
     /// Key index: (TID, key) entries of one list.
     KeyList = 9,
+    /// Key index: (TID, key page, code) entries of one list.
+    KeyCodes = 10,
 }
 
 impl PageKind {
@@ -136,6 +138,7 @@ impl PageKind {
             7 => PageKind::Centroids,
             8 => PageKind::ListDirectory,
             9 => PageKind::KeyList,
+            10 => PageKind::KeyCodes,
             _ => return None,
         })
     }

@@ -2,8 +2,13 @@
 
 use half::f16;
 
-use super::format::{centroids_per_page, list_refs_per_page, ListRef, Meta, Metric, META_BLOCK};
-use super::lists::{directory_slot, init_list_page, try_append, write_list_ref};
+use super::codes::{encode, Rotation};
+use super::format::{
+    centroids_per_page, list_refs_per_page, ChainRef, Layout, ListRef, Meta, Metric, META_BLOCK,
+};
+use super::lists::{
+    code_entry, directory_slot, init_list_page, key_entry, try_append, write_list_ref, Place,
+};
 use crate::layout::{ByteWriter, PageHeader, PageKind, Tid, HEADER_SIZE};
 use crate::page::{BlockNumber, PageWrite, NO_BLOCK};
 
@@ -85,12 +90,7 @@ pub fn initialize<S: PageWrite>(
         h.count = here as u16;
         let mut w = ByteWriter::new(page, HEADER_SIZE);
         for _ in 0..here {
-            ListRef {
-                head: NO_BLOCK,
-                tail: NO_BLOCK,
-                free: NO_BLOCK,
-            }
-            .write(&mut w);
+            ListRef::EMPTY.write(&mut w);
         }
         h.used = w.pos as u16;
         h.write(page);
@@ -116,18 +116,34 @@ pub fn initialize<S: PageWrite>(
 pub struct BulkLoader<'s, S: PageWrite> {
     store: &'s S,
     meta: Meta,
-    heads: Vec<BlockNumber>,
-    tails: Vec<BlockNumber>,
+    /// The centroids the index was initialised with (entry codes are relative to them).
+    centroids: Vec<f32>,
+    rotation: Option<Rotation>,
+    /// Every list's chains so far (their free pages stay NO_BLOCK: a build fills its pages).
+    lists: Vec<ListRef>,
     pub entries: u64,
 }
 
 impl<'s, S: PageWrite> BulkLoader<'s, S> {
-    pub fn new(store: &'s S, meta: Meta) -> Self {
+    /// `centroids` as given to [`initialize`].
+    pub fn new(store: &'s S, meta: Meta, centroids: &[f32]) -> Self {
+        let dim = meta.dim as usize;
+        let centroids = if centroids.is_empty() {
+            vec![0.0; dim]
+        } else {
+            centroids.to_vec()
+        };
+        assert_eq!(
+            centroids.len(),
+            meta.lists as usize * dim,
+            "the centroids the index was initialised with"
+        );
         BulkLoader {
             store,
             meta,
-            heads: vec![NO_BLOCK; meta.lists as usize],
-            tails: vec![NO_BLOCK; meta.lists as usize],
+            centroids,
+            rotation: meta.rotation(),
+            lists: vec![ListRef::EMPTY; meta.lists as usize],
             entries: 0,
         }
     }
@@ -159,32 +175,30 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
     fn append_run<'k>(&mut self, list: u32, entries: impl Iterator<Item = (Tid, &'k [f16])>) {
         assert!(list < self.meta.lists, "list {list} of {}", self.meta.lists);
         let l = list as usize;
-        let mut current =
-            (self.tails[l] != NO_BLOCK).then(|| (self.tails[l], self.store.write(self.tails[l])));
+        let store = self.store;
+        let open = |tail: BlockNumber| (tail != NO_BLOCK).then(|| (tail, store.write(tail)));
+        let mut keys_page = open(self.lists[l].keys.tail);
+        let mut codes_page = open(self.lists[l].codes.tail);
+        let dim = self.meta.dim as usize;
+        let centroid = &self.centroids[l * dim..(l + 1) * dim];
+        let mut code = vec![0u8; self.meta.code_size()];
         for (tid, key) in entries {
-            // The pages are the build's own, written just now: a failed check is a bug.
-            let appended = match &mut current {
-                Some((_, page)) => try_append(page, &self.meta, tid, key).expect("a built page"),
-                None => false,
-            };
-            if !appended {
-                let (block, mut page) = self.store.allocate();
-                init_list_page(&mut page);
-                assert!(
-                    try_append(&mut page, &self.meta, tid, key).expect("a new page"),
-                    "an empty key list page has no room for one entry"
+            let place = push(
+                store,
+                self.meta.keys(),
+                &mut self.lists[l].keys,
+                &mut keys_page,
+                &key_entry(tid, key),
+            );
+            if let Some(rotation) = &self.rotation {
+                encode(rotation, key, centroid, &mut code);
+                push(
+                    store,
+                    self.meta.codes(),
+                    &mut self.lists[l].codes,
+                    &mut codes_page,
+                    &code_entry(tid, place, &code),
                 );
-                match current.take() {
-                    Some((_, mut previous)) => {
-                        let mut h =
-                            PageHeader::read(&previous, PageKind::KeyList).expect("a built page");
-                        h.next = block;
-                        h.write(&mut previous);
-                    }
-                    None => self.heads[l] = block,
-                }
-                self.tails[l] = block;
-                current = Some((block, page));
             }
             self.entries += 1;
         }
@@ -201,17 +215,47 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
                 open = Some((block, self.store.write(block)));
             }
             let (_, page) = open.as_mut().expect("opened above");
-            let l = list as usize;
-            write_list_ref(
-                page,
-                offset,
-                ListRef {
-                    head: self.heads[l],
-                    tail: self.tails[l],
-                    free: NO_BLOCK,
-                },
-            );
+            write_list_ref(page, offset, self.lists[list as usize]);
         }
         self.meta
     }
+}
+
+/// Appends `entry` to the build's open page of a chain, or to a new page linked after it;
+/// returns where it went. The pages are the build's own, written just now: a failed check is
+/// a bug.
+fn push<'s, S: PageWrite>(
+    store: &'s S,
+    layout: Layout,
+    chain: &mut ChainRef,
+    current: &mut Option<(BlockNumber, S::WriteGuard<'s>)>,
+    entry: &[u8],
+) -> Place {
+    if let Some((block, page)) = current {
+        if let Some(slot) = try_append(page, layout, entry).expect("a built page") {
+            return Place {
+                block: *block,
+                slot,
+            };
+        }
+    }
+    let (block, mut page) = store.allocate();
+    init_list_page(&mut page, layout);
+    assert!(
+        try_append(&mut page, layout, entry)
+            .expect("a new page")
+            .is_some(),
+        "an empty list page has no room for one entry"
+    );
+    match current.take() {
+        Some((_, mut previous)) => {
+            let mut h = PageHeader::read(&previous, layout.kind).expect("a built page");
+            h.next = block;
+            h.write(&mut previous);
+        }
+        None => chain.head = block,
+    }
+    chain.tail = block;
+    *current = Some((block, page));
+    Place { block, slot: 0 }
 }

@@ -9,7 +9,7 @@ use half::f16;
 
 use super::format::{ListRef, META_BLOCK};
 use super::lists::{directory_slot, list_lengths, list_ref};
-use super::search::{candidate_order, scan_list, search};
+use super::search::{scan_list, search};
 use super::tests::{tid, to_f16, DIM, PAGE};
 use super::*;
 use crate::kmeans;
@@ -41,7 +41,7 @@ fn built_index() -> MemoryStore {
     let flat: Vec<f16> = built.iter().flatten().copied().collect();
     let lists: Vec<u32> = built.iter().map(|k| centroids.nearest(k)).collect();
     let tids: Vec<Tid> = (0..240).map(tid).collect();
-    let mut loader = BulkLoader::new(&store, meta);
+    let mut loader = BulkLoader::new(&store, meta, &trained);
     loader.add_batch(&lists, &tids, &flat);
     let meta = loader.finish();
     for (i, k) in keys(40, 7).iter().enumerate() {
@@ -78,12 +78,10 @@ fn exercise(store: &MemoryStore) -> Tally {
     for q in keys(3, 8) {
         t.note(
             search(store, &meta, &centroids, &q, meta.lists as usize, 10),
-            |hits| {
-                assert!(hits.len() <= 10);
-                assert!(hits
-                    .windows(2)
-                    .all(|w| candidate_order(&w[0], &w[1]).is_le()));
-            },
+            // Not checked: the order. A damaged code (codes carry no checksum; data
+            // checksums catch damage on disk) bounds its entry wrongly, which can put a
+            // farther entry first; the distances returned stay the keys' own.
+            |hits| assert!(hits.len() <= 10),
         );
     }
     for (i, k) in keys(3, 9).iter().enumerate() {
@@ -119,7 +117,7 @@ fn long_list(store: &MemoryStore, meta: &Meta) -> (u32, ListRef, Vec<BlockNumber
     for list in 0..meta.lists {
         let r = list_ref(store, meta, list).unwrap();
         let mut pages = Vec::new();
-        let mut block = r.head;
+        let mut block = r.keys.head;
         while block != NO_BLOCK {
             pages.push(block);
             block = PageHeader::read(&store.read(block), PageKind::KeyList)
@@ -145,12 +143,17 @@ fn scan_err(store: &MemoryStore, list: u32) -> Corrupt {
     let store = store.clone();
     bounded(format!("scan of list {list}"), move || {
         let meta = Meta::load(&store).unwrap();
+        let centroids = Centroids::load(&store, &meta).unwrap();
+        let query = WideQuery::new(&keys(1, 3)[0]);
+        // Without the query for codes: the walk along the key pages.
         scan_list(
             &store,
             &meta,
+            &centroids,
             list,
-            &WideQuery::new(&keys(1, 3)[0]),
-            &mut Vec::new(),
+            &query,
+            None,
+            &mut Default::default(),
         )
         .unwrap_err()
     })
@@ -252,8 +255,8 @@ fn vacuum_reports_damage_and_leaves_other_lists_alone() {
     let seen: HashSet<u32> = (0..list).collect();
     for l in seen {
         let r = list_ref(&store, &meta, l).unwrap();
-        if r.head != NO_BLOCK {
-            let h = PageHeader::read(&store.read(r.head), PageKind::KeyList).unwrap();
+        if r.keys.head != NO_BLOCK {
+            let h = PageHeader::read(&store.read(r.keys.head), PageKind::KeyList).unwrap();
             assert_eq!(
                 h.count, 0,
                 "list {l} was vacuumed before the damage was found"

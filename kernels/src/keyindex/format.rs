@@ -12,7 +12,7 @@ use crate::vector;
 /// "PSKK": pg_skills keys.
 pub const MAGIC: u32 = 0x5053_4b4b;
 /// Bumped whenever a layout here changes; older indexes then need REINDEX.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 pub const META_BLOCK: BlockNumber = 0;
 const INDEX_KIND: &str = "skeys";
 
@@ -201,9 +201,50 @@ impl Meta {
     pub fn entry_size(&self) -> usize {
         entry_size(self.dim as usize)
     }
+
+    /// Bytes of an entry's code ([`super::codes`]; 0 below [`super::codes::MIN_CODED_DIM`]:
+    /// such an index has no code pages).
+    pub fn code_size(&self) -> usize {
+        super::codes::code_size(self.dim as usize)
+    }
+
+    /// The build's rotation for codes (None: no codes).
+    pub fn rotation(&self) -> Option<super::codes::Rotation> {
+        super::codes::Rotation::new(self.dim as usize, self.build_id)
+    }
+
+    /// Key pages: (TID, f16 key) entries.
+    pub fn keys(&self) -> Layout {
+        Layout {
+            kind: PageKind::KeyList,
+            size: entry_size(self.dim as usize),
+        }
+    }
+
+    /// Code pages: (TID, the key page the entry is on, its code) entries.
+    pub fn codes(&self) -> Layout {
+        Layout {
+            kind: PageKind::KeyCodes,
+            size: 12 + self.code_size(),
+        }
+    }
 }
 
-/// Bytes of one list entry: TID (6), 2 reserved, the key as f16.
+/// What one kind of list page holds: entries of `size` bytes, each starting with its TID (6)
+/// and 2 reserved bytes, packed from the page header on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub kind: PageKind,
+    pub size: usize,
+}
+
+impl Layout {
+    pub fn per_page(&self, page_size: usize) -> usize {
+        (page_size - HEADER_SIZE) / self.size
+    }
+}
+
+/// Bytes of one key entry: TID (6), 2 reserved, the key as f16.
 pub fn entry_size(dim: usize) -> usize {
     8 + 2 * dim
 }
@@ -216,54 +257,99 @@ pub fn centroids_per_page(page_size: usize, dim: usize) -> usize {
     (page_size - HEADER_SIZE) / (4 * dim)
 }
 
-/// One list's directory entry.
+/// One chain of a list: its first and last page, and a page with room for an entry (VACUUM
+/// found it) or NO_BLOCK.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ListRef {
+pub struct ChainRef {
     pub head: BlockNumber,
     pub tail: BlockNumber,
-    /// A page of the list with room for an entry (VACUUM found it), or NO_BLOCK.
     pub free: BlockNumber,
 }
 
-pub const LIST_REF_SIZE: usize = 12;
+impl ChainRef {
+    pub const EMPTY: ChainRef = ChainRef {
+        head: NO_BLOCK,
+        tail: NO_BLOCK,
+        free: NO_BLOCK,
+    };
 
-pub fn list_refs_per_page(page_size: usize) -> usize {
-    (page_size - HEADER_SIZE) / LIST_REF_SIZE
-}
-
-impl ListRef {
-    pub fn read(r: &mut ByteReader) -> Result<ListRef, Corrupt> {
-        Ok(ListRef {
+    fn read(r: &mut ByteReader) -> Result<ChainRef, Corrupt> {
+        Ok(ChainRef {
             head: r.u32()?,
             tail: r.u32()?,
             free: r.u32()?,
         })
     }
 
-    /// Head, tail and free page are list pages or absent; an empty list has neither tail nor
+    /// Head, tail and free page are list pages or absent; an empty chain has neither tail nor
     /// free page.
-    pub fn check<S: PageRead>(&self, store: &S, meta: &Meta) -> Result<(), Corrupt> {
-        for (block, what) in [
-            (self.head, "a list's head"),
-            (self.tail, "a list's tail"),
-            (self.free, "a list's free page"),
+    fn check<S: PageRead>(&self, store: &S, meta: &Meta, what: &str) -> Result<(), Corrupt> {
+        for (block, part) in [
+            (self.head, "head"),
+            (self.tail, "tail"),
+            (self.free, "free page"),
         ] {
             if block != NO_BLOCK {
-                meta.list_block(store, block, what)?;
+                meta.list_block(store, block, &format!("a list's {what} {part}"))?;
             }
         }
         if self.head == NO_BLOCK && (self.tail != NO_BLOCK || self.free != NO_BLOCK) {
-            return corrupt("an empty list has a tail or a free page");
+            return corrupt(format_args!(
+                "an empty {what} chain has a tail or a free page"
+            ));
         }
         if self.head != NO_BLOCK && self.tail == NO_BLOCK {
-            return corrupt("a list has a head and no tail");
+            return corrupt(format_args!("a {what} chain has a head and no tail"));
         }
         Ok(())
     }
-    pub fn write(&self, w: &mut ByteWriter) {
+
+    fn write(&self, w: &mut ByteWriter) {
         w.u32(self.head);
         w.u32(self.tail);
         w.u32(self.free);
+    }
+}
+
+/// One list's directory entry: its key pages and its code pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListRef {
+    pub keys: ChainRef,
+    pub codes: ChainRef,
+}
+
+pub const LIST_REF_SIZE: usize = 24;
+
+pub fn list_refs_per_page(page_size: usize) -> usize {
+    (page_size - HEADER_SIZE) / LIST_REF_SIZE
+}
+
+impl ListRef {
+    pub const EMPTY: ListRef = ListRef {
+        keys: ChainRef::EMPTY,
+        codes: ChainRef::EMPTY,
+    };
+
+    pub fn read(r: &mut ByteReader) -> Result<ListRef, Corrupt> {
+        Ok(ListRef {
+            keys: ChainRef::read(r)?,
+            codes: ChainRef::read(r)?,
+        })
+    }
+
+    /// Both chains hold list pages or nothing; an index without codes has no code pages.
+    pub fn check<S: PageRead>(&self, store: &S, meta: &Meta) -> Result<(), Corrupt> {
+        self.keys.check(store, meta, "key")?;
+        self.codes.check(store, meta, "code")?;
+        if meta.code_size() == 0 && self.codes != ChainRef::EMPTY {
+            return corrupt("an index without codes has code pages");
+        }
+        Ok(())
+    }
+
+    pub fn write(&self, w: &mut ByteWriter) {
+        self.keys.write(w);
+        self.codes.write(w);
     }
 }
 

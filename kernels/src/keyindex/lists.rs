@@ -1,4 +1,5 @@
-//! List pages and the list directory: reading entries, appending, compacting.
+//! List pages (key pages and code pages, one chain of each per list) and the list directory:
+//! reading entries, appending, compacting.
 //!
 //! Every reader checks what it relies on: a directory slot exists on its page, a list page's
 //! count fits the page and agrees with its bytes in use, and every link is a list page (see
@@ -7,7 +8,7 @@
 use half::f16;
 
 use super::format::{
-    entries_per_page, list_refs_per_page, ListRef, Meta, LIST_REF_SIZE, META_BLOCK,
+    list_refs_per_page, ChainRef, Layout, ListRef, Meta, LIST_REF_SIZE, META_BLOCK,
 };
 use crate::layout::{
     corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind, Tid, HEADER_SIZE,
@@ -64,19 +65,17 @@ pub fn list_ref<S: PageRead>(store: &S, meta: &Meta, list: u32) -> Result<ListRe
     Ok(r)
 }
 
-/// A walk along one list (its pages come after the fixed areas).
+/// A walk along one list's chain (its pages come after the fixed areas).
 pub fn list_chain(meta: &Meta) -> Chain {
     Chain::new("a key list", meta.first_list_block())
 }
 
-/// A list page's header, checked against the page's capacity and its bytes in use (entries are
-/// packed from the header on, so the two always agree).
-pub fn list_header(page: &[u8], meta: &Meta) -> Result<PageHeader, Corrupt> {
-    let h = PageHeader::read(page, PageKind::KeyList)?;
+/// A list page's header (`layout`: key or code page), checked against the page's capacity and
+/// its bytes in use (entries are packed from the header on, so the two always agree).
+pub fn chain_header(page: &[u8], layout: Layout) -> Result<PageHeader, Corrupt> {
+    let h = PageHeader::read(page, layout.kind)?;
     let count = h.count as usize;
-    if count > entries_per_page(page.len(), meta.dim as usize)
-        || h.used as usize != HEADER_SIZE + count * meta.entry_size()
-    {
+    if count > layout.per_page(page.len()) || h.used as usize != HEADER_SIZE + count * layout.size {
         return corrupt(format_args!(
             "key list page claims {} entries in {} bytes",
             h.count, h.used
@@ -85,7 +84,12 @@ pub fn list_header(page: &[u8], meta: &Meta) -> Result<PageHeader, Corrupt> {
     Ok(h)
 }
 
-/// Calls `f(tid, key)` for every entry of a list page.
+/// A key page's header, checked.
+pub fn list_header(page: &[u8], meta: &Meta) -> Result<PageHeader, Corrupt> {
+    chain_header(page, meta.keys())
+}
+
+/// Calls `f(tid, key)` for every entry of a key page. The key is borrowed in place.
 pub fn for_each_entry(
     page: &[u8],
     meta: &Meta,
@@ -116,55 +120,146 @@ pub fn for_each_entry(
     Ok(())
 }
 
-/// Formats a fresh list page.
-pub fn init_list_page(page: &mut [u8]) {
-    page.fill(0);
-    PageHeader::new(PageKind::KeyList).write(page);
+/// Where a key entry is: its page and its position there when it was filed (VACUUM may have
+/// moved it down the page since, never to another page).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub block: BlockNumber,
+    pub slot: u16,
 }
 
-/// Appends an entry if the page has room.
-pub fn try_append(page: &mut [u8], meta: &Meta, tid: Tid, key: &[f16]) -> Result<bool, Corrupt> {
-    let mut h = list_header(page, meta)?;
-    if h.count as usize >= entries_per_page(page.len(), meta.dim as usize) {
-        return Ok(false);
+/// Calls `f(tid, place of its key, code)` for every entry of a code page.
+pub fn for_each_code(
+    page: &[u8],
+    meta: &Meta,
+    mut f: impl FnMut(Tid, Place, &[u8]),
+) -> Result<(), Corrupt> {
+    let layout = meta.codes();
+    let h = chain_header(page, layout)?;
+    for i in 0..h.count as usize {
+        let at = HEADER_SIZE + i * layout.size;
+        let mut r = ByteReader::new(page, at);
+        let tid = Tid::read(&mut r)?;
+        let slot = r.u16()?;
+        let block = r.u32()?;
+        f(tid, Place { block, slot }, &page[at + 12..at + layout.size]);
     }
-    if key.len() != meta.dim as usize {
-        // Keys are checked against the type's dimension before they get here: the metapage
-        // is what disagrees.
-        return corrupt(format_args!(
-            "a key of {} dimensions for a {}-d index",
-            key.len(),
-            meta.dim
-        ));
+    Ok(())
+}
+
+/// The exact distance to `query` of the key of `tid` on this key page, looked for at `slot`
+/// first (None: not on the page).
+pub fn distance_on_page(
+    page: &[u8],
+    meta: &Meta,
+    tid: Tid,
+    slot: u16,
+    query: &crate::vector::WideQuery,
+) -> Result<Option<f64>, Corrupt> {
+    let h = list_header(page, meta)?;
+    let size = meta.entry_size();
+    let key_at = |i: usize| -> Result<Option<f64>, Corrupt> {
+        // In bounds: `list_header` checked count · size fits the page.
+        let at = HEADER_SIZE + i * size;
+        if Tid::read(&mut ByteReader::new(page, at))? != tid {
+            return Ok(None);
+        }
+        let bytes = &page[at + 8..at + size];
+        let distance = match bytemuck::try_cast_slice::<u8, f16>(bytes) {
+            Ok(key) => meta.metric.distance_to(query, key),
+            Err(_) => {
+                let key: Vec<f16> = bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                meta.metric.distance_to(query, &key)
+            }
+        };
+        Ok(Some(distance))
+    };
+    let count = h.count as usize;
+    if (slot as usize) < count {
+        if let Some(d) = key_at(slot as usize)? {
+            return Ok(Some(d));
+        }
     }
-    let at = HEADER_SIZE + h.count as usize * meta.entry_size();
-    let mut w = ByteWriter::new(page, at);
+    for i in (0..count).filter(|&i| i != slot as usize) {
+        if let Some(d) = key_at(i)? {
+            return Ok(Some(d));
+        }
+    }
+    Ok(None)
+}
+
+/// The bytes of a key entry.
+pub fn key_entry(tid: Tid, key: &[f16]) -> Vec<u8> {
+    let mut entry = vec![0u8; 8 + 2 * key.len()];
+    let mut w = ByteWriter::new(&mut entry, 0);
     tid.write(&mut w);
     w.u16(0);
     w.bytes(bytemuck::cast_slice(key));
+    entry
+}
+
+/// The bytes of a code entry: the key's TID, the slot and page its key went to, its code.
+pub fn code_entry(tid: Tid, key: Place, code: &[u8]) -> Vec<u8> {
+    let mut entry = vec![0u8; 12 + code.len()];
+    let mut w = ByteWriter::new(&mut entry, 0);
+    tid.write(&mut w);
+    w.u16(key.slot);
+    w.u32(key.block);
+    w.bytes(code);
+    entry
+}
+
+/// Formats a fresh list page of `layout`'s kind.
+pub fn init_list_page(page: &mut [u8], layout: Layout) {
+    page.fill(0);
+    PageHeader::new(layout.kind).write(page);
+}
+
+/// Appends an entry of `layout` if the page has room; returns its slot.
+pub fn try_append(page: &mut [u8], layout: Layout, entry: &[u8]) -> Result<Option<u16>, Corrupt> {
+    let mut h = chain_header(page, layout)?;
+    if h.count as usize >= layout.per_page(page.len()) {
+        return Ok(None);
+    }
+    if entry.len() != layout.size {
+        // Keys are checked against the type's dimension before they get here: the metapage
+        // is what disagrees.
+        return corrupt(format_args!(
+            "an entry of {} bytes for a page of {}-byte entries",
+            entry.len(),
+            layout.size
+        ));
+    }
+    let slot = h.count;
+    let at = HEADER_SIZE + slot as usize * layout.size;
+    page[at..at + layout.size].copy_from_slice(entry);
     h.count += 1;
-    h.used = (at + meta.entry_size()) as u16;
+    h.used = (at + layout.size) as u16;
     h.write(page);
-    Ok(true)
+    Ok(Some(slot))
 }
 
-pub fn has_room(page: &[u8], meta: &Meta) -> Result<bool, Corrupt> {
-    Ok((list_header(page, meta)?.count as usize) < entries_per_page(page.len(), meta.dim as usize))
+pub fn has_room(page: &[u8], layout: Layout) -> Result<bool, Corrupt> {
+    Ok((chain_header(page, layout)?.count as usize) < layout.per_page(page.len()))
 }
 
-/// Removes the entries whose TID is in `dead`, keeping the others in order; returns how many went.
+/// Removes the entries whose TID `is_dead` says is dead, keeping the others in order (entries
+/// never move to another page); returns how many went.
 pub fn compact(
     page: &mut [u8],
-    meta: &Meta,
-    dead: &std::collections::HashSet<Tid>,
+    layout: Layout,
+    mut is_dead: impl FnMut(Tid) -> bool,
 ) -> Result<usize, Corrupt> {
-    let mut h = list_header(page, meta)?;
-    let size = meta.entry_size();
+    let mut h = chain_header(page, layout)?;
+    let size = layout.size;
     let mut kept = 0usize;
     for i in 0..h.count as usize {
         let at = HEADER_SIZE + i * size;
         let tid = Tid::read(&mut ByteReader::new(page, at))?;
-        if dead.contains(&tid) {
+        if is_dead(tid) {
             continue;
         }
         if kept != i {
@@ -184,25 +279,86 @@ pub fn compact(
 /// Allocates and formats a list page holding one entry.
 pub fn new_page_with<S: PageWrite>(
     store: &S,
-    meta: &Meta,
-    tid: Tid,
-    key: &[f16],
+    layout: Layout,
+    entry: &[u8],
 ) -> Result<BlockNumber, Corrupt> {
     let (block, mut page) = store.allocate();
-    init_list_page(&mut page);
-    if !try_append(&mut page, meta, tid, key)? {
+    init_list_page(&mut page, layout);
+    if try_append(&mut page, layout, entry)?.is_none() {
         // `Meta::check_layout` made sure an entry fits a page.
         return corrupt("an empty key list page has no room for one entry");
     }
     Ok(block)
 }
 
-/// Entries and pages of every list (for statistics).
+/// Appends `entry` to the chain `r` of `layout` pages: into the page VACUUM left room in, else
+/// the tail, else a new page linked after the tail. Returns where it went; `r` is
+/// updated for the caller to write back. The caller holds the list's directory page; one
+/// chain page is locked at a time, each checked to be a list page and visited once.
+pub fn append<S: PageWrite>(
+    store: &S,
+    meta: &Meta,
+    layout: Layout,
+    r: &mut ChainRef,
+    entry: &[u8],
+) -> Result<Place, Corrupt> {
+    if r.head == NO_BLOCK {
+        let block = new_page_with(store, layout, entry)?;
+        *r = ChainRef {
+            head: block,
+            tail: block,
+            free: NO_BLOCK,
+        };
+        return Ok(Place { block, slot: 0 });
+    }
+    // Pages VACUUM left room in come first: the walk starts at the free-space page and moves
+    // it forward past full pages, so over a VACUUM cycle each page is passed once. Past the
+    // last of them it is the tail (or a newer tail the directory missed).
+    let mut chain = list_chain(meta);
+    let mut block = if r.free != NO_BLOCK { r.free } else { r.tail };
+    loop {
+        chain.visit(store, block)?;
+        let mut page = store.write(block);
+        let mut h = chain_header(&page, layout).in_block(block)?;
+        if let Some(slot) = try_append(&mut page, layout, entry).in_block(block)? {
+            if h.next == NO_BLOCK {
+                r.tail = block;
+                r.free = NO_BLOCK;
+            } else if r.free != NO_BLOCK {
+                r.free = if has_room(&page, layout)? {
+                    block
+                } else {
+                    h.next
+                };
+            }
+            return Ok(Place { block, slot });
+        }
+        if h.next != NO_BLOCK {
+            block = h.next;
+            if r.free != NO_BLOCK {
+                r.free = block;
+            }
+            continue;
+        }
+        let new = new_page_with(store, layout, entry)?;
+        h = chain_header(&page, layout).in_block(block)?;
+        h.next = new;
+        h.write(&mut page);
+        r.tail = new;
+        r.free = NO_BLOCK;
+        return Ok(Place {
+            block: new,
+            slot: 0,
+        });
+    }
+}
+
+/// Entries and pages of every list's key chain (for statistics).
 pub fn list_lengths<S: PageRead>(store: &S, meta: &Meta) -> Result<Vec<(u64, u64)>, Corrupt> {
     (0..meta.lists)
         .map(|list| {
             let mut chain = list_chain(meta);
-            let mut block = list_ref(store, meta, list)?.head;
+            let mut block = list_ref(store, meta, list)?.keys.head;
             let mut entries = 0u64;
             while block != NO_BLOCK {
                 chain.visit(store, block)?;

@@ -1,9 +1,17 @@
-//! Queries: rank the centroids, read the nearest lists, exact distances for their entries.
+//! Queries: rank the centroids, read the nearest lists, bound every entry's distance from its
+//! code and compute the exact distance of those that can still be among the nearest.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use half::f16;
 
+use super::codes::{CodedQuery, ListQuery, Rotation};
 use super::format::{centroids_per_page, Meta};
-use super::lists::{for_each_entry, list_chain, list_header, list_ref};
+use super::lists::{
+    chain_header, distance_on_page, for_each_code, for_each_entry, list_chain, list_header,
+    list_ref, Place,
+};
 use super::probe::ProbeOrder;
 use crate::int8_rows::Int8Rows;
 use crate::kmeans::{self, Geometry};
@@ -26,6 +34,11 @@ pub struct Centroids {
     rows8: Int8Rows,
     /// [`kmeans::half_squared_norms`] of `rows`, computed once per load (not per key or query).
     half_norms: Vec<f32>,
+    /// The build's rotation for entry codes (None: its keys carry none), and the centroids
+    /// rotated by it (P·c, padded) with their |c|², so a query is rotated once per scan.
+    rotation: Option<Rotation>,
+    rotated: Vec<f32>,
+    squares: Vec<f32>,
     pub build_id: u64,
 }
 
@@ -48,14 +61,57 @@ impl Centroids {
             read_centroid_page(&page, expected, dim, &mut rows).in_block(block)?;
         }
         let geometry = meta.metric.geometry();
+        let rotation = meta.rotation();
+        let (mut rotated, mut squares) = (Vec::new(), Vec::new());
+        if let Some(rotation) = &rotation {
+            let mut one = Vec::with_capacity(rotation.padded());
+            for c in rows.chunks_exact(dim) {
+                rotation.apply(c, &mut one);
+                rotated.extend_from_slice(&one);
+                squares.push(crate::vector::dot(c, c));
+            }
+        }
         Ok(Centroids {
             dim,
             geometry,
             half_norms: kmeans::half_squared_norms(&rows, dim, geometry),
             rows8: Int8Rows::new(&rows, dim),
             rows,
+            rotation,
+            rotated,
+            squares,
             build_id: meta.build_id,
         })
+    }
+
+    /// The query against list `list`'s centroid, for its codes.
+    pub fn list_query(&self, coded: &CodedQuery, list: u32) -> ListQuery {
+        let padded = self.rotated.len() / self.squares.len().max(1);
+        let l = list as usize;
+        coded.for_list(&self.rotated[l * padded..(l + 1) * padded], self.squares[l])
+    }
+
+    pub fn centroid(&self, list: u32) -> &[f32] {
+        &self.rows[list as usize * self.dim..(list as usize + 1) * self.dim]
+    }
+
+    /// The code of `key` filed under `list` (empty when the index's keys carry none).
+    pub fn code(&self, list: u32, key: &[f16]) -> Vec<u8> {
+        match &self.rotation {
+            None => Vec::new(),
+            Some(rotation) => {
+                let mut code = vec![0u8; super::codes::code_size(self.dim)];
+                super::codes::encode(rotation, key, self.centroid(list), &mut code);
+                code
+            }
+        }
+    }
+
+    /// The query as codes are compared with (None when the index's keys carry none).
+    pub fn coded_query(&self, query: &WideQuery) -> Option<CodedQuery> {
+        self.rotation
+            .as_ref()
+            .map(|r| CodedQuery::new(r, query.widened()))
     }
 
     /// `key` has the dimension of the index and of these centroids (a metapage or cached
@@ -131,37 +187,214 @@ pub fn candidate_order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     a.distance.total_cmp(&b.distance).then(a.tid.cmp(&b.tid))
 }
 
-/// Appends every entry of list `list` with its distance to `query`. Each page is read under
-/// its own share lock; returns the pages read.
+/// A scan's candidates from the lists read so far: entries with their exact distance (an
+/// index without codes), and entries with a lower bound of their distance from their code,
+/// pending until the scan gets that far. Popping returns candidates nearest first in exact
+/// distances, as a full sort would: a pending entry on top has its key read and its exact
+/// distance computed, and goes back in.
+#[derive(Default)]
+pub struct Batch {
+    /// Candidates not in the heap yet (a LIMIT 10 needs a few dozen of a thousand).
+    rest: Vec<Item>,
+    /// Every item of `rest` orders at or after this one (None: not known).
+    edge: Option<Item>,
+    heap: BinaryHeap<Item>,
+    /// Exact distances computed while reading lists (an index without codes).
+    pub exact: usize,
+    /// Exact distances computed for pending entries.
+    pub resolved: usize,
+    /// Entries added with a bound.
+    pub pending: usize,
+}
+
+/// A candidate: an entry with its exact distance, or pending with a lower bound of it and the
+/// key page its code names.
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    value: f64,
+    /// 0: pending (first among equal values: its exact distance may equal the other's with a
+    /// smaller TID), 1: exact.
+    exact: u8,
+    tid: Tid,
+    key: Place,
+}
+
+impl Item {
+    fn exact(c: Candidate) -> Item {
+        Item {
+            value: c.distance,
+            exact: 1,
+            tid: c.tid,
+            key: Place {
+                block: NO_BLOCK,
+                slot: 0,
+            },
+        }
+    }
+
+    fn pending(bound: f64, tid: Tid, key: Place) -> Item {
+        Item {
+            value: bound,
+            exact: 0,
+            tid,
+            key,
+        }
+    }
+
+    /// Nearest first, then pending before exact, then by TID.
+    fn order(&self, other: &Item) -> Ordering {
+        self.value
+            .total_cmp(&other.value)
+            .then(self.exact.cmp(&other.exact))
+            .then(self.tid.cmp(&other.tid))
+    }
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        self.order(other) == Ordering::Equal
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Item {
+    /// Reversed: the heap's top is the nearest.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.order(self)
+    }
+}
+
+/// Candidates moved from a batch's rest into its heap at a time.
+const CHUNK: usize = 64;
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_empty() && self.heap.is_empty()
+    }
+
+    fn add(&mut self, item: Item) {
+        if self.edge.is_some_and(|e| item.order(&e) == Ordering::Less) {
+            self.edge = None;
+        }
+        self.rest.push(item);
+    }
+
+    /// Moves the CHUNK nearest of `rest` into the heap.
+    fn refill(&mut self) {
+        let keep = self.rest.len().saturating_sub(CHUNK);
+        if keep > 0 {
+            // Farthest first: after this, rest[keep..] are the nearest CHUNK, rest[keep] the
+            // farthest of them.
+            self.rest.select_nth_unstable_by(keep, |a, b| b.order(a));
+        }
+        self.edge = (keep > 0).then(|| self.rest[keep]);
+        self.heap.extend(self.rest.drain(keep..));
+    }
+
+    /// The nearest candidate left, with its exact distance. A pending entry whose key is no
+    /// longer on the page its code names was removed by VACUUM since (dead to every scan) or
+    /// never committed (an insert that crashed between its two pages), and is skipped.
+    pub fn pop<S: PageRead>(
+        &mut self,
+        store: &S,
+        meta: &Meta,
+        query: &WideQuery,
+    ) -> Result<Option<Candidate>, Corrupt> {
+        loop {
+            if !self.rest.is_empty() {
+                let top_is_nearest = match (self.heap.peek(), self.edge) {
+                    (Some(top), Some(edge)) => top.order(&edge) != Ordering::Greater,
+                    _ => false,
+                };
+                if !top_is_nearest {
+                    self.refill();
+                }
+            }
+            let Some(item) = self.heap.pop() else {
+                return Ok(None);
+            };
+            let tid = item.tid;
+            if item.exact == 1 {
+                return Ok(Some(Candidate {
+                    distance: item.value,
+                    tid,
+                }));
+            }
+            let block = meta.list_block(store, item.key.block, "the key page a code names")?;
+            let page = store.read(block);
+            let found = distance_on_page(&page, meta, tid, item.key.slot, query).in_block(block)?;
+            if let Some(distance) = found {
+                self.resolved += 1;
+                self.heap.push(Item::exact(Candidate { distance, tid }));
+            }
+        }
+    }
+}
+
+/// Adds every entry of list `list` to `batch`: pending with the bound its code gives
+/// (`coded`: the query for codes) when the index has codes, else with its exact distance to
+/// `query`. Each page is read under its own share lock; returns the pages read.
 pub fn scan_list<S: PageRead>(
     store: &S,
     meta: &Meta,
+    centroids: &Centroids,
     list: u32,
     query: &WideQuery,
-    out: &mut Vec<Candidate>,
+    coded: Option<&CodedQuery>,
+    batch: &mut Batch,
 ) -> Result<usize, Corrupt> {
-    if query.len() != meta.dim as usize {
+    if query.len() != meta.dim as usize || centroids.dim != query.len() || list >= meta.lists {
         return corrupt(format_args!(
-            "a {}-d query for a {}-d index",
+            "a {}-d query for a {}-d index of {} lists",
             query.len(),
-            meta.dim
+            meta.dim,
+            meta.lists
         ));
     }
+    let r = list_ref(store, meta, list)?;
     let mut chain = list_chain(meta);
-    let mut block = list_ref(store, meta, list)?.head;
-    let mut scratch = Vec::new();
-    while block != NO_BLOCK {
-        chain.visit(store, block)?;
-        let page = store.read(block);
-        let next = list_header(&page, meta).in_block(block)?.next;
-        for_each_entry(&page, meta, &mut scratch, |tid, key| {
-            out.push(Candidate {
-                distance: meta.metric.distance_to(query, key),
-                tid,
-            });
-        })
-        .in_block(block)?;
-        block = next;
+    match coded.filter(|_| meta.code_size() > 0) {
+        Some(coded) => {
+            let against = centroids.list_query(coded, list);
+            let mut block = r.codes.head;
+            while block != NO_BLOCK {
+                chain.visit(store, block)?;
+                let page = store.read(block);
+                let next = chain_header(&page, meta.codes()).in_block(block)?.next;
+                for_each_code(&page, meta, |tid, key, code| {
+                    batch.pending += 1;
+                    batch.add(Item::pending(
+                        against.lower_bound(meta.metric, code),
+                        tid,
+                        key,
+                    ));
+                })
+                .in_block(block)?;
+                block = next;
+            }
+        }
+        None => {
+            let mut block = r.keys.head;
+            let mut scratch = Vec::new();
+            while block != NO_BLOCK {
+                chain.visit(store, block)?;
+                let page = store.read(block);
+                let next = list_header(&page, meta).in_block(block)?.next;
+                for_each_entry(&page, meta, &mut scratch, |tid, key| {
+                    batch.exact += 1;
+                    batch.add(Item::exact(Candidate {
+                        distance: meta.metric.distance_to(query, key),
+                        tid,
+                    }));
+                })
+                .in_block(block)?;
+                block = next;
+            }
+        }
     }
     Ok(chain.len())
 }
@@ -177,13 +410,27 @@ pub fn search<S: PageRead>(
 ) -> Result<Vec<Candidate>, Corrupt> {
     centroids.check_dim(meta, query)?;
     let query = WideQuery::new(query);
-    let mut out = Vec::new();
+    let coded = centroids.coded_query(&query);
+    let mut batch = Batch::default();
     let mut order = centroids.probe_order(&query);
     let end = probes.max(1).min(order.len());
     for &list in order.lists(0, end) {
-        scan_list(store, meta, list, &query, &mut out)?;
+        scan_list(
+            store,
+            meta,
+            centroids,
+            list,
+            &query,
+            coded.as_ref(),
+            &mut batch,
+        )?;
     }
-    out.sort_by(candidate_order);
-    out.truncate(k);
+    let mut out = Vec::with_capacity(k);
+    while out.len() < k {
+        match batch.pop(store, meta, &query)? {
+            Some(c) => out.push(c),
+            None => break,
+        }
+    }
     Ok(out)
 }

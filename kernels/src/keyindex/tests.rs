@@ -50,7 +50,7 @@ impl Fixture {
             .map(|k| centroids.nearest(k))
             .collect();
         let tids: Vec<Tid> = (0..n as u32).map(tid).collect();
-        let mut loader = BulkLoader::new(&store, meta);
+        let mut loader = BulkLoader::new(&store, meta, &trained);
         // Two batches, as a build that flushes at maintenance_work_mem does.
         let half = n / 2;
         loader.add_batch(&assignment[..half], &tids[..half], &keys[..half * DIM]);
@@ -223,7 +223,8 @@ fn a_reader_of_a_different_metapage_version_is_told_to_reindex() {
     use crate::page::{PageRead, PageWrite};
     {
         let mut page = f.store.write(format::META_BLOCK);
-        page[crate::layout::HEADER_SIZE + 4] = 2;
+        // Version 1: entries without codes.
+        page[crate::layout::HEADER_SIZE + 4] = 1;
     }
     let err = Meta::read(&f.store.read(format::META_BLOCK)).unwrap_err();
     assert!(err.to_string().contains("REINDEX required"));
@@ -323,4 +324,159 @@ fn probe_order_follows_the_centroids() {
             "{metric:?}: {shared_of_five} of 200 of the first five lists agree"
         );
     }
+}
+
+/// Entry codes spare most exact distances of a LIMIT 10 scan, and the scan still returns every
+/// entry of the lists it reads nearest first in exact distances, as a full sort does (pending
+/// entries are resolved as the scan reaches them), for every metric, after inserts and VACUUM.
+#[test]
+fn codes_spare_distances_and_keep_the_exact_order() {
+    for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+        let mut f = Fixture::build(3000, 12, metric, 21);
+        f.insert(300);
+        let dead: HashSet<Tid> = f
+            .live
+            .keys()
+            .filter(|t| t.offset % 7 == 0)
+            .copied()
+            .collect();
+        crate::keyindex::bulk_delete(&f.store, &f.meta, |t| dead.contains(&t), || {}).unwrap();
+        f.live.retain(|t, _| !dead.contains(t));
+        let (mut computed, mut entries) = (0, 0);
+        for q in f.queries(10) {
+            let query = crate::vector::WideQuery::new(&q);
+            let coded = f.centroids.coded_query(&query);
+            assert!(coded.is_some(), "512-d keys carry codes");
+            let mut batch = search::Batch::default();
+            for list in 0..f.meta.lists {
+                search::scan_list(
+                    &f.store,
+                    &f.meta,
+                    &f.centroids,
+                    list,
+                    &query,
+                    coded.as_ref(),
+                    &mut batch,
+                )
+                .unwrap();
+            }
+            let mut got = Vec::new();
+            while got.len() < 10 {
+                got.push(batch.pop(&f.store, &f.meta, &query).unwrap().unwrap());
+            }
+            computed += batch.exact + batch.resolved;
+            entries += f.live.len();
+            while let Some(c) = batch.pop(&f.store, &f.meta, &query).unwrap() {
+                got.push(c);
+            }
+            let want = f.exact(&q, usize::MAX);
+            assert_eq!(got, want, "{metric:?}: the full exact order");
+            // Without codes (every distance computed as the lists are read), the same.
+            let mut plain = search::Batch::default();
+            for list in 0..f.meta.lists {
+                search::scan_list(
+                    &f.store,
+                    &f.meta,
+                    &f.centroids,
+                    list,
+                    &query,
+                    None,
+                    &mut plain,
+                )
+                .unwrap();
+            }
+            let mut got = Vec::new();
+            while let Some(c) = plain.pop(&f.store, &f.meta, &query).unwrap() {
+                got.push(c);
+            }
+            assert_eq!(got, want, "{metric:?}: the full exact order without codes");
+        }
+        assert!(
+            computed * 2 < entries,
+            "{metric:?}: {computed} exact distances for {entries} entries read"
+        );
+    }
+}
+
+/// A code whose key is not on the page it names (an insert that crashed between its two
+/// pages; its transaction never committed) is skipped by scans and removed by VACUUM.
+#[test]
+fn a_code_without_its_key_is_skipped_and_vacuumed() {
+    use super::lists::{append, code_entry, directory_slot, read_list_ref, write_list_ref};
+    use crate::page::PageWrite;
+    let f = Fixture::build(400, 4, Metric::InnerProduct, 31);
+    let query = f.queries(1).remove(0);
+    let nearest = f.exact(&query, 1)[0];
+    let key = &f.live[&nearest.tid];
+    // The orphan: the nearest key's own code, under a TID no key page holds, naming the page
+    // the nearest key is on.
+    let orphan = tid(99_999);
+    let list = f.centroids.nearest(key);
+    let code = f.centroids.code(list, key);
+    let (dir_block, offset) = directory_slot(&f.store, &f.meta, list).unwrap();
+    let key_page = {
+        let mut found = None;
+        let r = read_list_ref(&f.store.write(dir_block), offset).unwrap();
+        let mut block = r.keys.head;
+        while block != crate::page::NO_BLOCK {
+            let page = crate::page::PageRead::read(&f.store, block);
+            lists::for_each_entry(&page, &f.meta, &mut Vec::new(), |t, _| {
+                if t == nearest.tid {
+                    found = Some(block);
+                }
+            })
+            .unwrap();
+            block = lists::list_header(&page, &f.meta).unwrap().next;
+        }
+        found.unwrap()
+    };
+    {
+        let mut dir = f.store.write(dir_block);
+        let mut r = read_list_ref(&dir, offset).unwrap();
+        append(
+            &f.store,
+            &f.meta,
+            f.meta.codes(),
+            &mut r.codes,
+            &code_entry(
+                orphan,
+                lists::Place {
+                    block: key_page,
+                    slot: 0,
+                },
+                &code,
+            ),
+        )
+        .unwrap();
+        write_list_ref(&mut dir, offset, r);
+    }
+    let got = search::search(&f.store, &f.meta, &f.centroids, &query, 4, 10).unwrap();
+    assert_eq!(got, f.exact(&query, 10), "the orphan is skipped");
+    // VACUUM asks about the orphan (its transaction aborted: dead) and removes it.
+    let mut asked = false;
+    bulk_delete(
+        &f.store,
+        &f.meta,
+        |t| {
+            asked |= t == orphan;
+            t == orphan
+        },
+        || {},
+    )
+    .unwrap();
+    assert!(asked, "VACUUM asked about the code's TID");
+    let mut codes = 0;
+    for l in 0..f.meta.lists {
+        let mut block = lists::list_ref(&f.store, &f.meta, l).unwrap().codes.head;
+        while block != crate::page::NO_BLOCK {
+            let page = crate::page::PageRead::read(&f.store, block);
+            lists::for_each_code(&page, &f.meta, |t, _, _| {
+                assert_ne!(t, orphan, "VACUUM removed the orphan code");
+                codes += 1;
+            })
+            .unwrap();
+            block = lists::chain_header(&page, f.meta.codes()).unwrap().next;
+        }
+    }
+    assert_eq!(codes, f.live.len(), "one code per key");
 }

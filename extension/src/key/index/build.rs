@@ -166,7 +166,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_ASSIGN);
     let batch_limit = (memory_budget() / 2 / (2 * KEY_DIM + 8)).max(1024);
     let mut assign = AssignState {
-        loader: BulkLoader::new(&store, meta),
+        loader: BulkLoader::new(&store, meta, &trained),
         centroids: Centroids::load(&store, &meta).or_raise(index),
         batch_limit,
         tids: Vec::new(),

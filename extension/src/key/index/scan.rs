@@ -1,19 +1,18 @@
 //! Index scans for `ORDER BY key <op> query`: the `pg_skills.key_probes` nearest lists first
-//! (or the breadth a `skills.keyquery` carries), every entry's exact distance, nearest first.
+//! (or the breadth a `skills.keyquery` carries), nearest first by exact distances (computed for
+//! the entries whose code does not rule them out; see `keyindex::codes`).
 //! When the executor wants more rows than those lists hold (a WHERE clause filtered them out),
 //! the scan probes the next lists — the iterative scan — up to `pg_skills.key_max_probes` lists
 //! (0: all of them, so a filtered query finds k rows whenever k rows match). Rows of a later batch can be nearer than rows already returned
 //! (pgvector's "relaxed order"); within the first batch the order is exact.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
-
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
+use pg_skills_kernels::keyindex::codes::CodedQuery;
 use pg_skills_kernels::keyindex::probe::ProbeOrder;
-use pg_skills_kernels::keyindex::search::{candidate_order, scan_list};
-use pg_skills_kernels::keyindex::Candidate;
+use pg_skills_kernels::keyindex::search::{scan_list, Batch};
+use pg_skills_kernels::keyindex::Meta;
 use pg_skills_kernels::layout::Tid;
 use pg_skills_kernels::vector::WideQuery;
 
@@ -26,34 +25,21 @@ use crate::storage::{BufferStore, Mode, OrRaise};
 #[derive(Default)]
 struct ScanState {
     query: WideQuery,
+    /// The query as entry codes are compared with (None: the index's keys carry no codes).
+    coded: Option<CodedQuery>,
+    /// The metapage as the scan started (a rebuilt index is a new relation file).
+    meta: Option<Meta>,
+    /// The index's pages, kept for the scan (it caches the relation's length, which checks
+    /// every page a code names).
+    store: Option<BufferStore>,
     /// Lists nearest first; `next` is the first not yet read.
     order: ProbeOrder,
     next: usize,
     limit: usize,
     /// Lists read per batch.
     probes: usize,
-    /// The current batch as a heap (heapify is linear; a LIMIT 10 pops only 10 of thousands).
-    batch: BinaryHeap<Nearest>,
-}
-
-/// Heap order: the nearest candidate (then the smallest TID) on top.
-struct Nearest(Candidate);
-
-impl PartialEq for Nearest {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Nearest {}
-impl PartialOrd for Nearest {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Nearest {
-    fn cmp(&self, other: &Self) -> Ordering {
-        candidate_order(&other.0, &self.0)
-    }
+    /// The current batch's candidates.
+    batch: Batch,
 }
 
 crate::am::ordered_scan_callbacks!(ScanState);
@@ -81,8 +67,10 @@ impl crate::am::OrderedScan for ScanState {
 
     unsafe fn next(&mut self, index: pg_sys::Relation) -> Option<Tid> {
         loop {
-            if let Some(Nearest(c)) = self.batch.pop() {
-                return Some(c.tid);
+            if let (Some(meta), Some(store)) = (self.meta, &self.store) {
+                if let Some(c) = self.batch.pop(store, &meta, &self.query).or_raise(index) {
+                    return Some(c.tid);
+                }
             }
             if self.query.is_empty() || self.next >= self.limit {
                 return None;
@@ -136,7 +124,11 @@ unsafe fn start_query(
         );
     }
     let key = WideQuery::new(&key);
-    state.order = centroids(&store, index, &meta).probe_order(&key);
+    let centroids = centroids(&store, index, &meta);
+    state.order = centroids.probe_order(&key);
+    state.coded = centroids.coded_query(&key);
+    state.meta = Some(meta);
+    state.store = Some(store);
     state.limit = if max == 0 {
         state.order.len()
     } else {
@@ -147,14 +139,25 @@ unsafe fn start_query(
 }
 
 unsafe fn next_batch(index: pg_sys::Relation, state: &mut ScanState) {
-    let store = BufferStore::new(index, Mode::Logged);
-    let meta = checked_meta(&store, index);
+    let (Some(meta), Some(store)) = (state.meta, &state.store) else {
+        return;
+    };
+    let centroids = centroids(store, index, &meta);
     let end = (state.next + state.probes).min(state.limit);
-    let mut batch = Vec::new();
+    let mut batch = Batch::default();
     for &list in state.order.lists(state.next, end) {
-        scan_list(&store, &meta, list, &state.query, &mut batch).or_raise(index);
+        scan_list(
+            store,
+            &meta,
+            &centroids,
+            list,
+            &state.query,
+            state.coded.as_ref(),
+            &mut batch,
+        )
+        .or_raise(index);
         pg_sys::check_for_interrupts!();
     }
     state.next = end;
-    state.batch = batch.into_iter().map(Nearest).collect();
+    state.batch = batch;
 }
