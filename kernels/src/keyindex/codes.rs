@@ -222,18 +222,19 @@ fn sum(x: &[f32]) -> f32 {
 }
 
 impl ListQuery {
-    /// A lower bound of `metric`'s distance from the query to the entry with this `code`
-    /// (−∞ when the code's factors are not finite: the entry is then simply read first).
-    pub fn lower_bound(&self, metric: Metric, code: &[u8]) -> f64 {
-        let bound = self.bound(metric, code);
-        if bound.is_nan() {
-            f64::NEG_INFINITY
+    /// A lower and an upper bound of `metric`'s distance from the query to the entry with
+    /// this `code` (−∞ and +∞ when the code's factors are not finite: the entry is then simply
+    /// read first).
+    pub fn bounds(&self, metric: Metric, code: &[u8]) -> (f64, f64) {
+        let (lower, upper) = self.raw_bounds(metric, code);
+        if lower.is_nan() || upper.is_nan() {
+            (f64::NEG_INFINITY, f64::INFINITY)
         } else {
-            bound
+            (lower, upper)
         }
     }
 
-    fn bound(&self, metric: Metric, code: &[u8]) -> f64 {
+    fn raw_bounds(&self, metric: Metric, code: &[u8]) -> (f64, f64) {
         let (bits, factors) = code.split_at(self.rotated.len() / 8);
         let factor =
             |i: usize| f32::from_le_bytes(factors[4 * i..4 * i + 4].try_into().expect("4 bytes"));
@@ -242,23 +243,29 @@ impl ListQuery {
         let estimate = self.query_centroid + centroid_dot + scale * signed;
         let key_sq = (self.centroid_sq + 2.0 * centroid_dot + norm_sq).max(0.0);
         // Rounding: the exact distance is an f32 sum in another order (and simsimd's cosine
-        // uses an approximate square root), so the bound leaves room for it.
+        // uses an approximate square root), so the bounds leave room for it.
         let rounding = 1e-4 * self.query_norm * key_sq.sqrt();
-        let highest = (estimate + CONFIDENCE * error * self.offset_norm + rounding) as f64;
+        let width = CONFIDENCE * error * self.offset_norm + rounding;
+        // The range of q·k.
+        let (lowest, highest) = ((estimate - width) as f64, (estimate + width) as f64);
         match metric {
-            Metric::InnerProduct => -highest,
+            Metric::InnerProduct => (-highest, -lowest),
             Metric::Cosine => {
                 let norms = self.query_norm as f64 * (key_sq as f64).sqrt();
                 if norms < 1e-12 {
-                    f64::NEG_INFINITY
+                    (f64::NEG_INFINITY, f64::INFINITY)
                 } else {
-                    1.0 - highest / norms - 1e-3
+                    (1.0 - highest / norms - 1e-3, 1.0 - lowest / norms + 1e-3)
                 }
             }
             Metric::L2 => {
-                let q_sq = self.query_norm as f64 * self.query_norm as f64;
-                let sq = q_sq + key_sq as f64 - 2.0 * highest - 1e-4 * (q_sq + key_sq as f64);
-                sq.max(0.0).sqrt()
+                let (q_sq, k_sq) = (
+                    self.query_norm as f64 * self.query_norm as f64,
+                    key_sq as f64,
+                );
+                let slack = 1e-4 * (q_sq + k_sq);
+                let at = |ip: f64, slack: f64| (q_sq + k_sq - 2.0 * ip + slack).max(0.0).sqrt();
+                (at(highest, -slack), at(lowest, slack))
             }
         }
     }
@@ -368,7 +375,7 @@ mod tests {
         assert_eq!(masked_sum(&[0; 8], &x), 0.0);
     }
 
-    /// Every bound is below the exact distance, for every metric, on clustered keys and
+    /// Every exact distance lies between its bounds, for every metric, on clustered keys and
     /// queries (the shape of real keys) and on keys far from their centroid; and the bounds are
     /// tight enough to leave most entries unread.
     #[test]
@@ -401,9 +408,9 @@ mod tests {
                         .map(|k| metric.distance(q, k))
                         .collect();
                     for (k, code) in codes.iter().enumerate() {
-                        let bound = lq.lower_bound(metric, code);
+                        let (lower, upper) = lq.bounds(metric, code);
                         total += 1;
-                        if bound <= exact[k] {
+                        if lower <= exact[k] && exact[k] <= upper {
                             below += 1;
                         }
                     }
@@ -411,11 +418,11 @@ mod tests {
                     let tenth = exact[9];
                     pruned += codes
                         .iter()
-                        .filter(|code| lq.lower_bound(metric, code) > tenth)
+                        .filter(|code| lq.bounds(metric, code).0 > tenth)
                         .count();
                 }
             }
-            assert_eq!(below, total, "{metric:?}: every bound holds");
+            assert_eq!(below, total, "{metric:?}: every pair of bounds holds");
             assert!(
                 pruned * 2 > total,
                 "{metric:?}: most entries are ruled out by their bound ({pruned} of {total})"

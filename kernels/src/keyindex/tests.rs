@@ -364,13 +364,17 @@ fn codes_spare_distances_and_keep_the_exact_order() {
             while got.len() < 10 {
                 got.push(batch.pop(&f.store, &f.meta, &query).unwrap().unwrap());
             }
-            computed += batch.exact + batch.resolved;
+            computed += batch.exact + batch.resolved + batch.walked;
             entries += f.live.len();
             while let Some(c) = batch.pop(&f.store, &f.meta, &query).unwrap() {
                 got.push(c);
             }
             let want = f.exact(&q, usize::MAX);
             assert_eq!(got, want, "{metric:?}: the full exact order");
+            assert!(
+                batch.walked > 0,
+                "a full drain reads the rest of the keys in a row"
+            );
             // Without codes (every distance computed as the lists are read), the same.
             let mut plain = search::Batch::default();
             for list in 0..f.meta.lists {
@@ -479,4 +483,44 @@ fn a_code_without_its_key_is_skipped_and_vacuumed() {
         }
     }
     assert_eq!(codes, f.live.len(), "one code per key");
+}
+
+/// Many equal keys: a LIMIT 10 would read hundreds of keys one page at a time, so the scan
+/// reads its lists' keys in a row from the start; the rows are the exact ones, ties by TID.
+#[test]
+fn many_equal_keys_are_read_in_a_row() {
+    let mut f = Fixture::build(1000, 4, Metric::InnerProduct, 41);
+    let query = f.queries(1).remove(0);
+    let copy = f.live[&f.exact(&query, 1)[0].tid].clone();
+    for i in 0..400 {
+        let t = tid(50_000 + i);
+        insert(&f.store, &f.meta, &f.centroids, t, &copy).unwrap();
+        f.live.insert(t, copy.clone());
+    }
+    let wide = crate::vector::WideQuery::new(&query);
+    let coded = f.centroids.coded_query(&wide);
+    let mut batch = search::Batch::default();
+    for list in 0..f.meta.lists {
+        search::scan_list(
+            &f.store,
+            &f.meta,
+            &f.centroids,
+            list,
+            &wide,
+            coded.as_ref(),
+            &mut batch,
+        )
+        .unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        got.push(batch.pop(&f.store, &f.meta, &wide).unwrap().unwrap());
+    }
+    assert_eq!(got, f.exact(&query, 10));
+    assert!(batch.walked > 0, "read in a row");
+    assert!(
+        batch.resolved < 16,
+        "{} keys read one at a time",
+        batch.resolved
+    );
 }
