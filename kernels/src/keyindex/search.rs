@@ -198,7 +198,7 @@ pub struct Batch {
     rest: Vec<Item>,
     /// Every item of `rest` orders at or after this one (None: not known).
     edge: Option<Item>,
-    /// `rest` is sorted farthest first (after the second refill: a scan that goes that far
+    /// `rest` is sorted farthest first (after SELECTIONS refills: a scan that goes that far
     /// pops many, and one sort beats a selection per chunk).
     sorted: bool,
     refills: usize,
@@ -283,6 +283,10 @@ impl Ord for Item {
 /// Candidates moved from a batch's rest into its heap at a time.
 const CHUNK: usize = 64;
 
+/// Refills by selection (linear) before the rest is sorted once: a LIMIT 10 takes one to
+/// three; a scan that takes more will likely take many.
+const SELECTIONS: usize = 4;
+
 /// The rows a scan is taken to want when it starts (a LIMIT 10, plus one for ties).
 const EXPECTED_ROWS: usize = 11;
 
@@ -318,7 +322,7 @@ impl Batch {
     fn refill(&mut self) {
         let keep = self.rest.len().saturating_sub(CHUNK);
         if keep > 0 && !self.sorted {
-            if self.refills == 0 {
+            if self.refills < SELECTIONS {
                 // Farthest first: after this, rest[keep..] are the nearest CHUNK, rest[keep]
                 // the farthest of them.
                 self.rest.select_nth_unstable_by(keep, |a, b| b.order(a));
@@ -334,10 +338,10 @@ impl Batch {
 
     /// Reading keys one page at a time costs more per entry than reading every key of the
     /// lists in a row (10 to 20 times, measured): past 16 + pending/16 keys read one at a
-    /// time, or when the first pop sees that many needed, the rest are read in a row. A scan
-    /// that returns many rows (a wide LIMIT, a filter, many equal keys) then costs at most
-    /// about twice what computing every distance did; a LIMIT 10 reads a few dozen keys and
-    /// seldom gets here.
+    /// time, or when the first pop sees a quarter of the entries needed, the rest are read in
+    /// a row. A scan that returns many rows (a wide LIMIT, a filter, many equal keys) then
+    /// costs at most about twice what computing every distance did; a LIMIT 10 reads a few
+    /// dozen keys and seldom gets here.
     fn should_walk(&mut self) -> bool {
         if self.lists.is_empty() {
             return false;
@@ -359,7 +363,9 @@ impl Batch {
                 .chain(&self.rest)
                 .filter(|i| i.exact == 0 && i.value <= cut)
                 .count();
-            if needed >= enough {
+            // Only when they are a large share: an estimate is no promise, and reading a few
+            // dozen keys one at a time costs less than reading every key of the lists.
+            if needed >= enough.max(self.pending / 4) {
                 return true;
             }
         }
