@@ -402,6 +402,8 @@ impl Batch {
             .map(|i| i.tid)
             .collect();
         waiting.sort_unstable();
+        // A TID found once is taken once (a damaged page may repeat one).
+        let mut found = vec![false; waiting.len()];
         let mut left = waiting.len();
         let mut items: Vec<Item> = std::mem::take(&mut self.heap)
             .into_vec()
@@ -419,7 +421,10 @@ impl Batch {
                 let page = store.read(block);
                 let next = list_header(&page, meta).in_block(block)?.next;
                 for_each_entry(&page, meta, &mut scratch, |tid, key| {
-                    if waiting.binary_search(&tid).is_ok() {
+                    if let Ok(i) = waiting.binary_search(&tid) {
+                        if std::mem::replace(&mut found[i], true) {
+                            return;
+                        }
                         left -= 1;
                         walked += 1;
                         items.push(Item::exact(Candidate {

@@ -97,6 +97,46 @@ impl Fixture {
         all
     }
 
+    /// A scan's candidates from every list (`coded`: the query for codes, None to compute
+    /// every distance as the lists are read).
+    fn scan_every_list(
+        &self,
+        query: &crate::vector::WideQuery,
+        coded: Option<&super::codes::CodedQuery>,
+    ) -> search::Batch {
+        let mut batch = search::Batch::default();
+        for list in 0..self.meta.lists {
+            search::scan_list(
+                &self.store,
+                &self.meta,
+                &self.centroids,
+                list,
+                query,
+                coded,
+                &mut batch,
+            )
+            .unwrap();
+        }
+        batch
+    }
+
+    /// Up to `n` candidates from `batch`, nearest first.
+    fn pop(
+        &self,
+        batch: &mut search::Batch,
+        query: &crate::vector::WideQuery,
+        n: usize,
+    ) -> Vec<Candidate> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            match batch.pop(&self.store, &self.meta, query).unwrap() {
+                Some(c) => got.push(c),
+                None => break,
+            }
+        }
+        got
+    }
+
     fn queries(&self, n: usize) -> Vec<Vec<f16>> {
         to_f16(&clustered(&self.centres, DIM, n, self.seed + 7777))
             .chunks_exact(DIM)
@@ -347,28 +387,12 @@ fn codes_spare_distances_and_keep_the_exact_order() {
             let query = crate::vector::WideQuery::new(&q);
             let coded = f.centroids.coded_query(&query);
             assert!(coded.is_some(), "512-d keys carry codes");
-            let mut batch = search::Batch::default();
-            for list in 0..f.meta.lists {
-                search::scan_list(
-                    &f.store,
-                    &f.meta,
-                    &f.centroids,
-                    list,
-                    &query,
-                    coded.as_ref(),
-                    &mut batch,
-                )
-                .unwrap();
-            }
-            let mut got = Vec::new();
-            while got.len() < 10 {
-                got.push(batch.pop(&f.store, &f.meta, &query).unwrap().unwrap());
-            }
+            let mut batch = f.scan_every_list(&query, coded.as_ref());
+            let mut got = f.pop(&mut batch, &query, 10);
+            assert_eq!(got.len(), 10);
             computed += batch.exact + batch.resolved + batch.walked;
             entries += f.live.len();
-            while let Some(c) = batch.pop(&f.store, &f.meta, &query).unwrap() {
-                got.push(c);
-            }
+            got.extend(f.pop(&mut batch, &query, usize::MAX));
             let want = f.exact(&q, usize::MAX);
             assert_eq!(got, want, "{metric:?}: the full exact order");
             assert!(
@@ -376,23 +400,8 @@ fn codes_spare_distances_and_keep_the_exact_order() {
                 "a full drain reads the rest of the keys in a row"
             );
             // Without codes (every distance computed as the lists are read), the same.
-            let mut plain = search::Batch::default();
-            for list in 0..f.meta.lists {
-                search::scan_list(
-                    &f.store,
-                    &f.meta,
-                    &f.centroids,
-                    list,
-                    &query,
-                    None,
-                    &mut plain,
-                )
-                .unwrap();
-            }
-            let mut got = Vec::new();
-            while let Some(c) = plain.pop(&f.store, &f.meta, &query).unwrap() {
-                got.push(c);
-            }
+            let mut plain = f.scan_every_list(&query, None);
+            let got = f.pop(&mut plain, &query, usize::MAX);
             assert_eq!(got, want, "{metric:?}: the full exact order without codes");
         }
         assert!(
@@ -499,23 +508,8 @@ fn many_equal_keys_are_read_in_a_row() {
     }
     let wide = crate::vector::WideQuery::new(&query);
     let coded = f.centroids.coded_query(&wide);
-    let mut batch = search::Batch::default();
-    for list in 0..f.meta.lists {
-        search::scan_list(
-            &f.store,
-            &f.meta,
-            &f.centroids,
-            list,
-            &wide,
-            coded.as_ref(),
-            &mut batch,
-        )
-        .unwrap();
-    }
-    let mut got = Vec::new();
-    while got.len() < 10 {
-        got.push(batch.pop(&f.store, &f.meta, &wide).unwrap().unwrap());
-    }
+    let mut batch = f.scan_every_list(&wide, coded.as_ref());
+    let got = f.pop(&mut batch, &wide, 10);
     assert_eq!(got, f.exact(&query, 10));
     assert!(batch.walked > 0, "read in a row");
     assert!(
