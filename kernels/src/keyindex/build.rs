@@ -2,13 +2,13 @@
 
 use half::f16;
 
-use super::codes::{encode, Rotation};
 use super::format::{
     centroids_per_page, list_refs_per_page, ChainRef, Layout, ListRef, Meta, Metric, META_BLOCK,
 };
 use super::lists::{
     code_entry, directory_slot, init_list_page, key_entry, try_append, write_list_ref, Place,
 };
+use super::search::Centroids;
 use crate::layout::{ByteWriter, PageHeader, PageKind, Tid, HEADER_SIZE};
 use crate::page::{BlockNumber, PageWrite, NO_BLOCK};
 
@@ -116,40 +116,24 @@ pub fn initialize<S: PageWrite>(
 pub struct BulkLoader<'s, S: PageWrite> {
     store: &'s S,
     meta: Meta,
-    /// The centroids the index was initialised with (entry codes are relative to them).
-    centroids: Vec<f32>,
-    rotation: Option<Rotation>,
     /// Every list's chains so far (their free pages stay NO_BLOCK: a build fills its pages).
     lists: Vec<ListRef>,
     pub entries: u64,
 }
 
 impl<'s, S: PageWrite> BulkLoader<'s, S> {
-    /// `centroids` as given to [`initialize`].
-    pub fn new(store: &'s S, meta: Meta, centroids: &[f32]) -> Self {
-        let dim = meta.dim as usize;
-        let centroids = if centroids.is_empty() {
-            vec![0.0; dim]
-        } else {
-            centroids.to_vec()
-        };
-        assert_eq!(
-            centroids.len(),
-            meta.lists as usize * dim,
-            "the centroids the index was initialised with"
-        );
+    pub fn new(store: &'s S, meta: Meta) -> Self {
         BulkLoader {
             store,
             meta,
-            centroids,
-            rotation: meta.rotation(),
             lists: vec![ListRef::EMPTY; meta.lists as usize],
             entries: 0,
         }
     }
 
-    /// Adds entry `i` = (`lists[i]`, `tids[i]`, `keys[i·dim..]`) for every i, grouped by list.
-    pub fn add_batch(&mut self, lists: &[u32], tids: &[Tid], keys: &[f16]) {
+    /// Adds entry `i` = (`lists[i]`, `tids[i]`, `keys[i·dim..]`) for every i, grouped by list;
+    /// `centroids` are the index's own (its codes are relative to them).
+    pub fn add_batch(&mut self, centroids: &Centroids, lists: &[u32], tids: &[Tid], keys: &[f16]) {
         let dim = self.meta.dim as usize;
         assert!(lists.len() == tids.len() && keys.len() == tids.len() * dim);
         let mut order: Vec<usize> = (0..lists.len()).collect();
@@ -163,6 +147,7 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
                     .take_while(|&&i| lists[i] == list)
                     .count();
             self.append_run(
+                centroids,
                 list,
                 order[at..end]
                     .iter()
@@ -172,16 +157,18 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
         }
     }
 
-    fn append_run<'k>(&mut self, list: u32, entries: impl Iterator<Item = (Tid, &'k [f16])>) {
+    fn append_run<'k>(
+        &mut self,
+        centroids: &Centroids,
+        list: u32,
+        entries: impl Iterator<Item = (Tid, &'k [f16])>,
+    ) {
         assert!(list < self.meta.lists, "list {list} of {}", self.meta.lists);
         let l = list as usize;
         let store = self.store;
         let open = |tail: BlockNumber| (tail != NO_BLOCK).then(|| (tail, store.write(tail)));
         let mut keys_page = open(self.lists[l].keys.tail);
         let mut codes_page = open(self.lists[l].codes.tail);
-        let dim = self.meta.dim as usize;
-        let centroid = &self.centroids[l * dim..(l + 1) * dim];
-        let mut code = vec![0u8; self.meta.code_size()];
         for (tid, key) in entries {
             let place = push(
                 store,
@@ -190,8 +177,8 @@ impl<'s, S: PageWrite> BulkLoader<'s, S> {
                 &mut keys_page,
                 &key_entry(tid, key),
             );
-            if let Some(rotation) = &self.rotation {
-                encode(rotation, key, centroid, &mut code);
+            if self.meta.code_size() > 0 {
+                let code = centroids.code(list, key);
                 push(
                     store,
                     self.meta.codes(),

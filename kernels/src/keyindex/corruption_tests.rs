@@ -41,8 +41,8 @@ fn built_index() -> MemoryStore {
     let flat: Vec<f16> = built.iter().flatten().copied().collect();
     let lists: Vec<u32> = built.iter().map(|k| centroids.nearest(k)).collect();
     let tids: Vec<Tid> = (0..240).map(tid).collect();
-    let mut loader = BulkLoader::new(&store, meta, &trained);
-    loader.add_batch(&lists, &tids, &flat);
+    let mut loader = BulkLoader::new(&store, meta);
+    loader.add_batch(&centroids, &lists, &tids, &flat);
     let meta = loader.finish();
     for (i, k) in keys(40, 7).iter().enumerate() {
         insert(&store, &meta, &centroids, tid(240 + i as u32), k).unwrap();

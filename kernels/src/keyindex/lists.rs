@@ -97,27 +97,59 @@ pub fn for_each_entry(
     mut f: impl FnMut(Tid, &[f16]),
 ) -> Result<(), Corrupt> {
     let h = list_header(page, meta)?;
-    let size = meta.entry_size();
     for i in 0..h.count as usize {
-        // In bounds: `list_header` checked count · size fits the page.
-        let at = HEADER_SIZE + i * size;
-        let tid = Tid::read(&mut ByteReader::new(page, at))?;
-        let bytes = &page[at + 8..at + size];
-        // Pages are at least 2-byte aligned in Postgres; copy when a test buffer is not.
-        match bytemuck::try_cast_slice::<u8, f16>(bytes) {
-            Ok(key) => f(tid, key),
-            Err(_) => {
-                scratch.clear();
-                scratch.extend(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| f16::from_le_bytes([b[0], b[1]])),
-                );
-                f(tid, scratch)
-            }
-        }
+        let tid = entry_tid(page, meta, i)?;
+        f(tid, entry_key(page, meta, i, scratch));
     }
     Ok(())
+}
+
+/// The TID of key entry `i`, which `list_header` checked the page holds.
+fn entry_tid(page: &[u8], meta: &Meta, i: usize) -> Result<Tid, Corrupt> {
+    Tid::read(&mut ByteReader::new(
+        page,
+        HEADER_SIZE + i * meta.entry_size(),
+    ))
+}
+
+/// The key of key entry `i`, which `list_header` checked the page holds.
+fn entry_key<'a>(page: &'a [u8], meta: &Meta, i: usize, scratch: &'a mut Vec<f16>) -> &'a [f16] {
+    let at = HEADER_SIZE + i * meta.entry_size();
+    let bytes = &page[at + 8..at + meta.entry_size()];
+    // Pages are at least 2-byte aligned in Postgres; copy when a test buffer is not.
+    match bytemuck::try_cast_slice::<u8, f16>(bytes) {
+        Ok(key) => key,
+        Err(_) => {
+            scratch.clear();
+            scratch.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]])),
+            );
+            scratch
+        }
+    }
+}
+
+/// Calls `f(tid, key)` for every entry of list `list`'s key pages, in chain order; returns
+/// the pages read.
+pub fn for_each_list_key<S: PageRead>(
+    store: &S,
+    meta: &Meta,
+    list: u32,
+    scratch: &mut Vec<f16>,
+    mut f: impl FnMut(Tid, &[f16]),
+) -> Result<usize, Corrupt> {
+    let mut chain = list_chain(meta);
+    let mut block = list_ref(store, meta, list)?.keys.head;
+    while block != NO_BLOCK {
+        chain.visit(store, block)?;
+        let page = store.read(block);
+        let next = list_header(&page, meta).in_block(block)?.next;
+        for_each_entry(&page, meta, scratch, &mut f).in_block(block)?;
+        block = next;
+    }
+    Ok(chain.len())
 }
 
 /// Where a key entry is: its page and its position there when it was filed (VACUUM may have
@@ -155,37 +187,15 @@ pub fn distance_on_page(
     tid: Tid,
     slot: u16,
     query: &crate::vector::WideQuery,
+    scratch: &mut Vec<f16>,
 ) -> Result<Option<f64>, Corrupt> {
-    let h = list_header(page, meta)?;
-    let size = meta.entry_size();
-    let key_at = |i: usize| -> Result<Option<f64>, Corrupt> {
-        // In bounds: `list_header` checked count · size fits the page.
-        let at = HEADER_SIZE + i * size;
-        if Tid::read(&mut ByteReader::new(page, at))? != tid {
-            return Ok(None);
-        }
-        let bytes = &page[at + 8..at + size];
-        let distance = match bytemuck::try_cast_slice::<u8, f16>(bytes) {
-            Ok(key) => meta.metric.distance_to(query, key),
-            Err(_) => {
-                let key: Vec<f16> = bytes
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]))
-                    .collect();
-                meta.metric.distance_to(query, &key)
-            }
-        };
-        Ok(Some(distance))
-    };
-    let count = h.count as usize;
-    if (slot as usize) < count {
-        if let Some(d) = key_at(slot as usize)? {
-            return Ok(Some(d));
-        }
-    }
-    for i in (0..count).filter(|&i| i != slot as usize) {
-        if let Some(d) = key_at(i)? {
-            return Ok(Some(d));
+    let count = list_header(page, meta)?.count as usize;
+    let slot = slot as usize;
+    let others = (0..count).filter(|&i| i != slot);
+    for i in (slot < count).then_some(slot).into_iter().chain(others) {
+        if entry_tid(page, meta, i)? == tid {
+            let key = entry_key(page, meta, i, scratch);
+            return Ok(Some(meta.metric.distance_to(query, key)));
         }
     }
     Ok(None)

@@ -9,8 +9,7 @@ use half::f16;
 use super::codes::{CodedQuery, ListQuery, Rotation};
 use super::format::{centroids_per_page, Meta};
 use super::lists::{
-    chain_header, distance_on_page, for_each_code, for_each_entry, list_chain, list_header,
-    list_ref, Place,
+    chain_header, distance_on_page, for_each_code, for_each_list_key, list_chain, list_ref, Place,
 };
 use super::probe::ProbeOrder;
 use crate::int8_rows::Int8Rows;
@@ -203,6 +202,7 @@ pub struct Batch {
     sorted: bool,
     refills: usize,
     heap: BinaryHeap<Item>,
+    scratch: Vec<f16>,
     /// The lists whose entries wait behind their codes.
     lists: Vec<u32>,
     /// The EXPECTED_ROWS smallest estimates (the middle of the bounds) of pending entries (a
@@ -411,31 +411,24 @@ impl Batch {
             .chain(self.rest.drain(..))
             .filter(|i| i.exact == 1)
             .collect();
-        let mut scratch = Vec::new();
         let mut walked = 0;
         for list in std::mem::take(&mut self.lists) {
-            let mut chain = list_chain(meta);
-            let mut block = list_ref(store, meta, list)?.keys.head;
-            while block != NO_BLOCK && left > 0 {
-                chain.visit(store, block)?;
-                let page = store.read(block);
-                let next = list_header(&page, meta).in_block(block)?.next;
-                for_each_entry(&page, meta, &mut scratch, |tid, key| {
-                    if let Ok(i) = waiting.binary_search(&tid) {
-                        if std::mem::replace(&mut found[i], true) {
-                            return;
-                        }
-                        left -= 1;
-                        walked += 1;
-                        items.push(Item::exact(Candidate {
-                            distance: meta.metric.distance_to(query, key),
-                            tid,
-                        }));
-                    }
-                })
-                .in_block(block)?;
-                block = next;
+            if left == 0 {
+                break;
             }
+            for_each_list_key(store, meta, list, &mut self.scratch, |tid, key| {
+                if let Ok(i) = waiting.binary_search(&tid) {
+                    if std::mem::replace(&mut found[i], true) {
+                        return;
+                    }
+                    left -= 1;
+                    walked += 1;
+                    items.push(Item::exact(Candidate {
+                        distance: meta.metric.distance_to(query, key),
+                        tid,
+                    }));
+                }
+            })?;
         }
         self.walked += walked;
         // Pending entries not found have no key (see `pop`): they go. Every candidate left is
@@ -482,7 +475,8 @@ impl Batch {
             }
             let block = meta.list_block(store, item.key.block, "the key page a code names")?;
             let page = store.read(block);
-            let found = distance_on_page(&page, meta, tid, item.key.slot, query).in_block(block)?;
+            let found = distance_on_page(&page, meta, tid, item.key.slot, query, &mut self.scratch)
+                .in_block(block)?;
             if let Some(distance) = found {
                 self.resolved += 1;
                 self.heap.push(Item::exact(Candidate { distance, tid }));
@@ -511,42 +505,29 @@ pub fn scan_list<S: PageRead>(
             meta.lists
         ));
     }
-    let r = list_ref(store, meta, list)?;
+    let Some(coded) = coded.filter(|_| meta.code_size() > 0) else {
+        let mut scratch = Vec::new();
+        return for_each_list_key(store, meta, list, &mut scratch, |tid, key| {
+            batch.exact += 1;
+            batch.add(Item::exact(Candidate {
+                distance: meta.metric.distance_to(query, key),
+                tid,
+            }));
+        });
+    };
+    batch.lists.push(list);
+    let against = centroids.list_query(coded, list);
     let mut chain = list_chain(meta);
-    match coded.filter(|_| meta.code_size() > 0) {
-        Some(coded) => {
-            batch.lists.push(list);
-            let against = centroids.list_query(coded, list);
-            let mut block = r.codes.head;
-            while block != NO_BLOCK {
-                chain.visit(store, block)?;
-                let page = store.read(block);
-                let next = chain_header(&page, meta.codes()).in_block(block)?.next;
-                for_each_code(&page, meta, |tid, key, code| {
-                    batch.add_pending(against.bounds(meta.metric, code), tid, key);
-                })
-                .in_block(block)?;
-                block = next;
-            }
-        }
-        None => {
-            let mut block = r.keys.head;
-            let mut scratch = Vec::new();
-            while block != NO_BLOCK {
-                chain.visit(store, block)?;
-                let page = store.read(block);
-                let next = list_header(&page, meta).in_block(block)?.next;
-                for_each_entry(&page, meta, &mut scratch, |tid, key| {
-                    batch.exact += 1;
-                    batch.add(Item::exact(Candidate {
-                        distance: meta.metric.distance_to(query, key),
-                        tid,
-                    }));
-                })
-                .in_block(block)?;
-                block = next;
-            }
-        }
+    let mut block = list_ref(store, meta, list)?.codes.head;
+    while block != NO_BLOCK {
+        chain.visit(store, block)?;
+        let page = store.read(block);
+        let next = chain_header(&page, meta.codes()).in_block(block)?.next;
+        for_each_code(&page, meta, |tid, key, code| {
+            batch.add_pending(against.bounds(meta.metric, code), tid, key);
+        })
+        .in_block(block)?;
+        block = next;
     }
     Ok(chain.len())
 }

@@ -50,11 +50,21 @@ impl Fixture {
             .map(|k| centroids.nearest(k))
             .collect();
         let tids: Vec<Tid> = (0..n as u32).map(tid).collect();
-        let mut loader = BulkLoader::new(&store, meta, &trained);
+        let mut loader = BulkLoader::new(&store, meta);
         // Two batches, as a build that flushes at maintenance_work_mem does.
         let half = n / 2;
-        loader.add_batch(&assignment[..half], &tids[..half], &keys[..half * DIM]);
-        loader.add_batch(&assignment[half..], &tids[half..], &keys[half * DIM..]);
+        loader.add_batch(
+            &centroids,
+            &assignment[..half],
+            &tids[..half],
+            &keys[..half * DIM],
+        );
+        loader.add_batch(
+            &centroids,
+            &assignment[half..],
+            &tids[half..],
+            &keys[half * DIM..],
+        );
         assert_eq!(loader.entries, n as u64);
         let meta = loader.finish();
         let live = tids

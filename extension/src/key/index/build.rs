@@ -66,7 +66,8 @@ impl AssignState<'_> {
             &widened,
             self.centroids.geometry,
         );
-        self.loader.add_batch(&lists, &self.tids, &self.keys);
+        self.loader
+            .add_batch(&self.centroids, &lists, &self.tids, &self.keys);
         self.done += self.tids.len() as u64;
         self.tids.clear();
         self.keys.clear();
@@ -166,7 +167,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_ASSIGN);
     let batch_limit = (memory_budget() / 2 / (2 * KEY_DIM + 8)).max(1024);
     let mut assign = AssignState {
-        loader: BulkLoader::new(&store, meta, &trained),
+        loader: BulkLoader::new(&store, meta),
         centroids: Centroids::load(&store, &meta).or_raise(index),
         batch_limit,
         tids: Vec::new(),
