@@ -138,6 +138,9 @@ AS $$
 DECLARE
     trained record;
     new_version integer;
+    -- The runs this training can see (taken before it reads them: a run recorded meanwhile
+    -- counts towards the next retraining too).
+    through_event bigint := (SELECT max(e.id) FROM skills.event AS e);
 BEGIN
     -- Without a pairs query: the recorded runs, each task with the skills that passed in it
     -- (arms of the skill's current content only; a run known only as a set says nothing about
@@ -152,7 +155,11 @@ BEGIN
         UPDATE skills.compressor SET active = false WHERE active;
     END IF;
     INSERT INTO skills.compressor (weights, sha256, hidden, training, active)
-    VALUES (trained.weights, trained.sha256, hidden, trained.report, activate)
+    VALUES (trained.weights, trained.sha256, hidden,
+            trained.report || CASE WHEN pairs IS NULL
+                THEN jsonb_build_object('source', 'runs', 'through_event', through_event)
+                ELSE jsonb_build_object('source', 'pairs query') END,
+            activate)
     RETURNING version INTO new_version;
     IF activate THEN
         PERFORM skills.recompress_keys();
@@ -161,7 +168,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION skills.train_compressor(text, integer, integer, bigint, boolean) IS
-    'Trains a compressor on (query text, skill_id) pairs from the given query (NULL: the recorded runs, each task with the skills that passed in it), stores it and (by default) activates it and rewrites every key. Returns its version.';
+    'Trains a compressor on (query text, skill_id) pairs from the given query (NULL: the recorded runs, each task with the skills that passed in it; training records source "runs" and the last event it could see as through_event), stores it and (by default) activates it and rewrites every key. Returns its version.';
 
 SELECT pg_catalog.pg_extension_config_dump('skills.compressor', '');
 SELECT pg_catalog.pg_extension_config_dump('skills.skill_key', '');

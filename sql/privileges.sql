@@ -108,9 +108,14 @@ GRANT INSERT, UPDATE ON skills.keyopt_round TO skills_worker;
 GRANT UPDATE (provenance, retired_at), DELETE ON skills.skill TO skills_worker;
 GRANT UPDATE (skill_id, skill_version), DELETE ON skills.event_arm TO skills_worker;
 GRANT INSERT ON skills.keyopt_skill TO skills_worker;
+-- The fitter trains a compressor on the recorded runs (pg_skills.compressor_retrain_runs).
+GRANT INSERT, UPDATE ON skills.compressor TO skills_worker;
 GRANT EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
     skills.rule_edges(),
     skills.use_round(integer),
-    skills.merge_duplicate_skills(text[])
+    skills.merge_duplicate_skills(text[]),
+    skills.train_compressor(text, integer, integer, bigint, boolean),
+    skills.train_compressor_weights(text, integer, integer, bigint),
+    skills.recompress_keys()
 TO skills_worker;

@@ -82,6 +82,9 @@ pub static EMBEDDER_DATABASE: GucSetting<Option<CString>> =
 pub static EMBEDDER_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(32);
 /// Seconds between scheduled KeyOpt fits by the fitter worker (0: only skills.fit()).
 pub static FIT_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Runs with a passing skill, recorded since the last compressor trained on the runs, after
+/// which the fitter worker trains a new one (0: never).
+pub static COMPRESSOR_RETRAIN_RUNS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Weight of an edge walked backwards, relative to the edge (Graph-of-Skills walks).
 pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
 /// KeyOpt's base relevance: a SQL function (query text, skill_ids bigint[]) → (skill_id, score);
@@ -290,6 +293,16 @@ pub fn init() {
         7 * 24 * 3600,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_skills.compressor_retrain_runs",
+        c"Passing runs recorded since the last compressor trained on the runs after which the fitter worker trains a new one (0 = never).",
+        c"Checked on the fitter's schedule (pg_skills.fit_interval), at most once per interval. The worker never replaces an active compressor trained from a pairs query.",
+        &COMPRESSOR_RETRAIN_RUNS,
+        0,
+        100_000_000,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     // Superuser only: a round records the function and every reader of the round then calls it.
     GucRegistry::define_string_guc(

@@ -162,4 +162,94 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
     );
     let refitted = keyopt(&mut admin, query);
     assert_eq!(refitted[0].0, "git-bisect", "{refitted:?}");
+
+    // With pg_skills.compressor_retrain_runs the worker trains the next compressor itself once
+    // that many runs with a passing skill were recorded after the last one trained on the
+    // runs, and not before.
+    for statement in [
+        "ALTER SYSTEM SET pg_skills.compressor_retrain_runs = 6",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.execute(statement, &[]).unwrap();
+    }
+    let record = |admin: &mut Client, from: usize, to: usize| {
+        for i in from..to {
+            admin
+                .execute(
+                    "SELECT skills.record_run($1, \
+                         (SELECT jsonb_agg(jsonb_build_object('skill_id', id, 'passed', name = 'git-bisect')) \
+                          FROM skills.skill), \
+                         executor => 'agent', source_group => $2)",
+                    &[
+                        &format!("a test broke after the merge of branch {i}"),
+                        &format!("broke-{}", i % 3),
+                    ],
+                )
+                .unwrap();
+        }
+    };
+    let newest = |admin: &mut Client| -> i32 {
+        admin
+            .query_one("SELECT max(version) FROM skills.compressor", &[])
+            .unwrap()
+            .get(0)
+    };
+    record(&mut admin, 0, 5);
+    // The worker looks every 5 s.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(
+        newest(&mut admin),
+        version,
+        "5 of 6 runs: no retraining yet"
+    );
+    record(&mut admin, 5, 6);
+    wait_for(
+        &mut admin,
+        "a compressor the worker trained on the runs",
+        &format!(
+            "SELECT EXISTS (SELECT FROM skills.compressor WHERE active AND version > {version} \
+                            AND training ->> 'source' = 'runs' \
+                            AND (training ->> 'through_event')::bigint = (SELECT max(id) FROM skills.event))"
+        ),
+    );
+    let retrained = newest(&mut admin);
+    let stale_keys: i64 = admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM skills.skill_key WHERE compressor_version <> {retrained}"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(stale_keys, 0, "the new compressor rewrote every key");
+    wait_for(
+        &mut admin,
+        "a round on the retrained compressor's keys",
+        &format!(
+            "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
+                            AND (report ->> 'compressor_version')::integer = {retrained})"
+        ),
+    );
+    let served = keyopt(&mut admin, query);
+    assert_eq!(served[0].0, "git-bisect", "{served:?}");
+
+    // A compressor trained from a pairs query is the administrator's: the worker keeps it.
+    let chosen: i32 = admin
+        .query_one(
+            "SELECT skills.train_compressor('SELECT t, s.id FROM skills.skill AS s, unnest(ARRAY[ \
+                 ''a merge broke my tests'', ''tests fail since the merge'', \
+                 ''which commit broke the build'', ''the build broke after a merge'']) AS t \
+                 WHERE s.name = ''git-bisect''', hidden => 16, epochs => 3)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    record(&mut admin, 6, 14);
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(
+        newest(&mut admin),
+        chosen,
+        "the worker left the pairs-query compressor"
+    );
 }

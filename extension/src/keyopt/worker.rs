@@ -3,8 +3,13 @@
 //! It serves `pg_skills.embedder_database` (the database both workers serve). Every
 //! `pg_skills.fit_interval` (0: never; `skills.fit()` fits on request in any session) it fits a
 //! new round when runs were recorded after the active round's last fitted run, and publishes it
-//! in the same transaction. A fit that fails ends the worker with the error in the server log;
-//! the postmaster starts it again after 10 s.
+//! in the same transaction. With `pg_skills.compressor_retrain_runs` set it first trains a new
+//! compressor on the recorded runs once that many runs with a passing skill were recorded since
+//! the last one trained on the runs (`skills.train_compressor()`, which rewrites the keys; the
+//! fit then follows on the new keys). Later runs are then served from better keys and find the
+//! skill they need more often, which is what the next training learns from. A fit or training
+//! that fails ends the worker with the error in the server log; the postmaster starts it again
+//! after 10 s.
 
 use std::time::Duration;
 
@@ -38,6 +43,15 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
         }
         BackgroundWorker::transaction(|| {
             crate::bgworker::as_worker_role(WORKER_TYPE, || {
+                let retrain_runs = guc::COMPRESSOR_RETRAIN_RUNS.get();
+                if retrain_runs > 0 && retraining_due(retrain_runs, interval) {
+                    let version =
+                        crate::spi::write_one::<i32>("SELECT skills.train_compressor()", &[]);
+                    log!(
+                        "{WORKER_TYPE}: trained compressor {} on the recorded runs",
+                        version.unwrap_or_default()
+                    );
+                }
                 if due(interval) {
                     super::fit("schedule", true);
                 }
@@ -63,6 +77,30 @@ fn due(interval: i32) -> bool {
                  AND coalesce((SELECT max(r.created_at) FROM skills.keyopt_round AS r), '-infinity') \
                      <= now() - make_interval(secs => $1)",
             &[(interval as f64).into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// True when the extension is installed, the active compressor (if any) was trained on the
+/// recorded runs (never replace one trained from a pairs query), at least `runs` runs with a
+/// passing arm were recorded after the newest compressor trained on the runs could see, and
+/// the newest compressor is at least `interval` seconds old.
+fn retraining_due(runs: i32, interval: i32) -> bool {
+    crate::bgworker::extension_installed()
+        && crate::spi::try_get_one_with_args::<bool>(
+            "SELECT NOT EXISTS (SELECT 1 FROM skills.compressor AS c WHERE c.active \
+                                AND c.training ->> 'source' IS DISTINCT FROM 'runs') \
+                 AND (SELECT count(*) FROM skills.event AS e \
+                      WHERE e.id > coalesce((SELECT max((c.training ->> 'through_event')::bigint) \
+                                             FROM skills.compressor AS c \
+                                             WHERE c.training ->> 'source' = 'runs'), 0) \
+                        AND EXISTS (SELECT 1 FROM skills.event_arm AS a \
+                                    WHERE a.event_id = e.id AND a.passed AND NOT a.stale)) >= $1 \
+                 AND coalesce((SELECT max(c.created_at) FROM skills.compressor AS c), '-infinity') \
+                     <= now() - make_interval(secs => $2)",
+            &[(runs as i64).into(), (interval as f64).into()],
         )
         .ok()
         .flatten()

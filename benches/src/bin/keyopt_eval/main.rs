@@ -99,6 +99,13 @@ struct Args {
     /// keys: every MetaTool table then reads the compressed keys.
     #[arg(long)]
     compressor: bool,
+    /// With --compressor: serve the support runs in this many batches, each later batch by
+    /// KeyOpt as trained on the batches before it (1: every run from the raw keys).
+    #[arg(long, default_value_t = 1)]
+    online: usize,
+    /// Print the Hit@1 of a nearest-neighbour vote over every support label (a diagnostic).
+    #[arg(long)]
+    nearest_labels: bool,
     /// With --compressor: the single-tool round is fitted with each support run's r from a
     /// compressor trained on the other half of the support runs (cross-fitted), not from the
     /// compressor trained on it.
@@ -272,6 +279,25 @@ fn support_runs_with(
     seed: u64,
     relevance: Option<&dyn Fn(usize, usize) -> f32>,
 ) -> Vec<SupportEvent> {
+    let serve = |q: usize| {
+        semantic_top(&query_keys[q], doc_keys, 10)
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect()
+    };
+    support_runs_served(data, queries, query_keys, seed, relevance, &serve)
+}
+
+/// Support runs of `queries`, each serving the 10 skills `serve(query)` returns; labelled
+/// documents pass.
+fn support_runs_served(
+    data: &Dataset,
+    queries: &[usize],
+    query_keys: &[Vec<f32>],
+    seed: u64,
+    relevance: Option<&dyn Fn(usize, usize) -> f32>,
+    serve: &(dyn Fn(usize) -> Vec<usize> + Sync),
+) -> Vec<SupportEvent> {
     let doc_index: HashMap<&str, usize> = data
         .docs
         .iter()
@@ -289,10 +315,7 @@ fn support_runs_with(
                 .flat_map(|r| r.keys())
                 .filter_map(|d| doc_index.get(d.as_str()).copied())
                 .collect();
-            let served: Vec<usize> = semantic_top(&query_keys[q], doc_keys, 10)
-                .into_iter()
-                .map(|(d, _)| d)
-                .collect();
+            let served = serve(q);
             SupportEvent {
                 key: query_keys[q].clone(),
                 pairing: hash(seed, text),
@@ -604,6 +627,111 @@ fn compressed_doc_keys(
     (keys, line)
 }
 
+/// Support runs served as a library that learns serves them: the support queries in `phases`
+/// batches (by a hash of their text); the first batch is served from the raw keys, each later
+/// one by KeyOpt as it stands after the batches before it (the compressor retrained on their
+/// passing arms, a round fitted on their runs, event recall), as when `skills.train_compressor()`
+/// and `skills.fit()` run between batches. Returns the runs in support order and a line per
+/// batch.
+fn online_support_runs(
+    encoder: &Encoder,
+    data: &Dataset,
+    support: &[usize],
+    query_keys: &[Vec<f32>],
+    raw_doc_keys: &[Vec<f32>],
+    phases: usize,
+    seed: u64,
+) -> (Vec<SupportEvent>, String) {
+    let phase_of = |q: usize| (hash(seed ^ 0x5eed, &data.queries[q].1) % phases as u64) as usize;
+    let mut events: Vec<Option<SupportEvent>> = vec![None; support.len()];
+    let mut doc_keys = raw_doc_keys.to_vec();
+    let mut learned: Option<(Round, EventMemory)> = None;
+    let mut log = String::new();
+    for phase in 0..phases {
+        let at: Vec<usize> = (0..support.len())
+            .filter(|&i| phase_of(support[i]) == phase)
+            .collect();
+        let queries: Vec<usize> = at.iter().map(|&i| support[i]).collect();
+        let runs = match &learned {
+            None => support_runs(data, &queries, query_keys, &doc_keys, seed),
+            Some((round, memory)) => {
+                let serve =
+                    |q: usize| keyopt_ranking(round, memory, &query_keys[q], &doc_keys, true);
+                support_runs_served(data, &queries, query_keys, seed, None, &serve)
+            }
+        };
+        let found = runs
+            .iter()
+            .filter(|e| e.arms.iter().any(|a| a.passed))
+            .count();
+        log += &format!(
+            "batch {phase}: {} runs served by {}, {found} served a passing skill ({:.3})\n",
+            runs.len(),
+            if learned.is_none() {
+                "the raw keys"
+            } else {
+                "KeyOpt on the keys trained so far"
+            },
+            found as f64 / runs.len().max(1) as f64
+        );
+        for (&i, e) in at.iter().zip(runs) {
+            events[i] = Some(e);
+        }
+        if phase + 1 < phases {
+            let (so_far, runs): (Vec<usize>, Vec<SupportEvent>) = support
+                .iter()
+                .zip(&events)
+                .filter_map(|(&q, e)| e.clone().map(|e| (q, e)))
+                .unzip();
+            let (keys, line) = compressed_doc_keys(encoder, data, &so_far, &runs, |_| true, seed);
+            log += &format!("  then {line}");
+            doc_keys = keys;
+            let fitted = fit(&doc_keys, &runs, &fit_options());
+            learned = Some((Round::new(&doc_keys, &fitted), memory_of(&runs)));
+        }
+    }
+    let events = events
+        .into_iter()
+        .map(|e| e.expect("every support query in one batch"))
+        .collect();
+    (events, log)
+}
+
+/// Hit@1 of a nearest-neighbour vote over the support queries' labels (not a product path: it
+/// reads every support label, as no run reports): how far the query keys alone separate the
+/// tools.
+fn nearest_label_hit1(
+    data: &Dataset,
+    support: &[usize],
+    test: &[usize],
+    query_keys: &[Vec<f32>],
+    kappa: f32,
+) -> f64 {
+    let label = |q: usize| -> Option<&String> { data.qrels.get(&data.queries[q].0)?.keys().next() };
+    let hits = test
+        .iter()
+        .filter(|&&t| {
+            let mut sims: Vec<(f32, usize)> = support
+                .iter()
+                .map(|&s| (dot(&query_keys[t], &query_keys[s]), s))
+                .collect();
+            sims.select_nth_unstable_by(memory::NEIGHBOURS, |a, b| b.0.total_cmp(&a.0));
+            let mut votes: HashMap<&String, f32> = HashMap::new();
+            for &(sim, s) in &sims[..memory::NEIGHBOURS] {
+                if let Some(l) = label(s) {
+                    *votes.entry(l).or_default() += memory::weight(sim, kappa);
+                }
+            }
+            let best = votes
+                .into_iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(l, _)| l);
+            best.is_some_and(|b| data.qrels[&data.queries[t].0].contains_key(b))
+        })
+        .count();
+    hits as f64 / test.len() as f64
+}
+
 /// The demo's feedback loop (`keyopt::scenarios`): 8 runs on one kind of task, then questions
 /// of that kind and of others.
 fn demo_scenario(encoder: &Encoder, demo: &std::path::Path) -> String {
@@ -761,6 +889,12 @@ fn needed_docs(data: &Dataset, q: usize) -> Vec<usize> {
 }
 
 /// Fits a round from `events` and its event memory.
+/// The two rounds of every multi-skill table: from set outcomes, and the per-arm reference.
+const SET_AND_ARM_ROUNDS: [&str; 2] = [
+    "**KeyOpt**, fitted on set outcomes only",
+    "KeyOpt, fitted on per-arm outcomes (reference)",
+];
+
 fn round_of(
     doc_keys: &[Vec<f32>],
     events: &[SupportEvent],
@@ -782,6 +916,7 @@ fn metatool_pairs(
     doc_keys: &[Vec<f32>],
     support: &[usize],
     test: &[usize],
+    single_runs: &[SupportEvent],
     seed: u64,
 ) -> String {
     const SUPPORT_REQUESTS: usize = 6000;
@@ -831,16 +966,19 @@ fn metatool_pairs(
     let joined_tasks = requests(test, TEST_REQUESTS, 0x7, true);
     let support_refs: Vec<&multi::MultiTask> = support_tasks.iter().collect();
     let test_refs: Vec<&multi::MultiTask> = test_tasks.iter().collect();
-    let (set_round, set_memory, set_line) = round_of(
-        doc_keys,
-        &multi::set_runs(&support_refs, doc_keys, seed),
-        "set outcomes",
-    );
+    let set_runs = multi::set_runs(&support_refs, doc_keys, seed);
+    let (set_round, set_memory, set_line) = round_of(doc_keys, &set_runs, "set outcomes");
     let (arm_round, arm_memory, arm_line) = round_of(
         doc_keys,
         &multi::arm_runs(&support_refs, doc_keys),
         "per-arm outcomes",
     );
+    // What a library's event table holds: the single-tool runs of the support queries and the
+    // two-tool set runs (none of them from a test query).
+    let mut library_runs = single_runs.to_vec();
+    library_runs.extend(set_runs);
+    let (library_round, library_memory, library_line) =
+        round_of(doc_keys, &library_runs, "all the library's runs");
     let mut out = format!(
         "\n### MetaTool, two tools per request: {} test requests (support {} requests from the support queries)\n\n",
         test_tasks.len(),
@@ -849,14 +987,24 @@ fn metatool_pairs(
     out += &set_line;
     out += &arm_line;
     out += "\n";
-    out += &multi::table(&test_refs, doc_keys, |_| {
-        [(&set_round, &set_memory), (&arm_round, &arm_memory)]
-    });
+    out += &library_line;
+    out += "\n";
+    let names = [
+        SET_AND_ARM_ROUNDS[0],
+        "**KeyOpt**, fitted on all the library's runs (single-tool runs and two-tool set outcomes)",
+        SET_AND_ARM_ROUNDS[1],
+    ];
+    let rounds = |_: &multi::MultiTask| {
+        vec![
+            (&set_round, &set_memory),
+            (&library_round, &library_memory),
+            (&arm_round, &arm_memory),
+        ]
+    };
+    out += &multi::table(&test_refs, doc_keys, &names, rounds);
     let joined_refs: Vec<&multi::MultiTask> = joined_tasks.iter().collect();
     out += "\nThe same test pairs as one sentence, \"<q1> and <q2>\" (same rounds):\n\n";
-    out += &multi::table(&joined_refs, doc_keys, |_| {
-        [(&set_round, &set_memory), (&arm_round, &arm_memory)]
-    });
+    out += &multi::table(&joined_refs, doc_keys, &names, rounds);
     out
 }
 
@@ -929,9 +1077,9 @@ fn skillsbench_multi(
     out += "\n";
     let fold: HashMap<u64, usize> = tasks.iter().map(|t| (t.1.id, t.0)).collect();
     let all: Vec<&multi::MultiTask> = tasks.iter().map(|t| &t.1).collect();
-    out += &multi::table(&all, doc_keys, |t| {
+    out += &multi::table(&all, doc_keys, &SET_AND_ARM_ROUNDS, |t| {
         let r = &rounds[fold[&t.id]];
-        [(&r[0].0, &r[0].1), (&r[1].0, &r[1].1)]
+        vec![(&r[0].0, &r[0].1), (&r[1].0, &r[1].1)]
     });
     out
 }
@@ -1107,7 +1255,35 @@ fn main() {
         .collect();
     // The support runs were served from the raw keys; with --compressor the keys are then
     // compressed, and every round below is fitted and read on the compressed keys.
-    let mut raw_events = support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed);
+    if args.nearest_labels {
+        for kappa in [5.0, 10.0, 20.0, 40.0] {
+            let line = format!(
+                "nearest support labels (κ {kappa}): Hit@1 {:.3}\n",
+                nearest_label_hit1(&metatool, &support, &test, &query_keys, kappa)
+            );
+            eprint!("{line}");
+            out += &line;
+        }
+    }
+    let mut raw_events = if args.compressor && args.online > 1 {
+        let (events, log) = online_support_runs(
+            &encoder,
+            &metatool,
+            &support,
+            &query_keys,
+            &doc_keys,
+            args.online,
+            args.seed,
+        );
+        eprint!("{log}");
+        out += &format!(
+            "\nMetaTool support runs served in {} batches:\n{log}",
+            args.online
+        );
+        events
+    } else {
+        support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed)
+    };
     let doc_keys = if args.compressor {
         let (keys, line) = compressed_doc_keys(
             &encoder,
@@ -1150,12 +1326,12 @@ fn main() {
         doc_keys
     };
     if !args.multi_only {
-        let events = raw_events;
+        let events = &raw_events;
         let t = Instant::now();
-        let fitted = fit(&doc_keys, &events, &fit_options());
+        let fitted = fit(&doc_keys, events, &fit_options());
         let seconds = t.elapsed().as_secs_f64();
         let round = Round::new(&doc_keys, &fitted);
-        let memory = memory_of(&events);
+        let memory = memory_of(events);
         out += &format!(
             "\n### MetaTool: {} test queries (support {} queries, split by text, seed {})\n\n",
             test.len(),
@@ -1179,7 +1355,15 @@ fn main() {
             eprintln!("MetaTool r done ({:.0} s)", started.elapsed().as_secs_f64());
         }
     }
-    out += &metatool_pairs(&encoder, &metatool, &doc_keys, &support, &test, args.seed);
+    out += &metatool_pairs(
+        &encoder,
+        &metatool,
+        &doc_keys,
+        &support,
+        &test,
+        &raw_events,
+        args.seed,
+    );
     eprintln!(
         "MetaTool pairs done ({:.0} s)",
         started.elapsed().as_secs_f64()

@@ -198,12 +198,14 @@ fn scores(tasks: &[&MultiTask], rank: impl Fn(&MultiTask) -> Vec<usize>) -> [f64
     sum.map(|s| s / tasks.len().max(1) as f64)
 }
 
-/// The table: semantic, KeyOpt fitted from set outcomes, KeyOpt fitted from per-arm outcomes.
-/// `rounds(task)` gives (set-outcome round and memory, per-arm round and memory) for a task.
+/// The table: semantic, then KeyOpt read by each of the rounds `rounds(task)` gives (name,
+/// round, its event memory; the same names in the same order for every task), with and
+/// without covering parts.
 pub fn table<'r>(
     tasks: &[&MultiTask],
     doc_keys: &[Vec<f32>],
-    rounds: impl Fn(&MultiTask) -> [(&'r Round, &'r EventMemory); 2],
+    names: &[&str],
+    rounds: impl Fn(&MultiTask) -> Vec<(&'r Round, &'r EventMemory)>,
 ) -> String {
     let mut out = String::from(
         "| method | Recall@10 | NDCG@10 | all needed in top 5 | all needed in top 10 |\n|---|---|---|---|---|\n",
@@ -227,13 +229,7 @@ pub fn table<'r>(
         "semantic, parts covered",
         scores(tasks, |t| semantic_covered(&t.key, &t.parts, doc_keys)),
     );
-    for (i, name) in [
-        "**KeyOpt**, fitted on set outcomes only",
-        "KeyOpt, fitted on per-arm outcomes (reference)",
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, name) in names.iter().enumerate() {
         line(
             name,
             scores(tasks, |t| {
