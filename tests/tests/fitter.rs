@@ -24,6 +24,18 @@ fn wait_for(client: &mut Client, what: &str, sql: &str) {
     }
 }
 
+/// Waits for the worker's scheduled round on the keys of compressor `version`.
+fn wait_for_round_on(client: &mut Client, version: i32) {
+    wait_for(
+        client,
+        &format!("a scheduled round on compressor {version}'s keys"),
+        &format!(
+            "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
+                            AND (report ->> 'compressor_version')::integer = {version})"
+        ),
+    );
+}
+
 fn keyopt(client: &mut Client, query: &str) -> Vec<(String, f64)> {
     pairs(
         client,
@@ -31,6 +43,19 @@ fn keyopt(client: &mut Client, query: &str) -> Vec<(String, f64)> {
          JOIN skills.skill AS s USING (id)",
         &[&query],
     )
+}
+
+/// Records a run of `task` in which git-bisect passed and every other skill failed.
+fn record_bisect_run(client: &mut Client, task: &str, source_group: &str) {
+    client
+        .execute(
+            "SELECT skills.record_run($1, \
+                 (SELECT jsonb_agg(jsonb_build_object('skill_id', id, 'passed', name = 'git-bisect')) \
+                  FROM skills.skill), \
+                 executor => 'agent', source_group => $2)",
+            &[&task, &source_group],
+        )
+        .unwrap();
 }
 
 const SKILLS: &[(&str, &str)] = &[
@@ -87,18 +112,11 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
     assert_ne!(before[0].0, "git-bisect", "{before:?}");
     // Runs where git-bisect passed and every other skill failed.
     for i in 0..16 {
-        admin
-            .execute(
-                "SELECT skills.record_run($1, \
-                     (SELECT jsonb_agg(jsonb_build_object('skill_id', id, 'passed', name = 'git-bisect')) \
-                      FROM skills.skill), \
-                     executor => 'agent', source_group => $2)",
-                &[
-                    &format!("my tests started failing after merging branch {i}"),
-                    &format!("merge-{}", i % 4),
-                ],
-            )
-            .unwrap();
+        record_bisect_run(
+            &mut admin,
+            &format!("my tests started failing after merging branch {i}"),
+            &format!("merge-{}", i % 4),
+        );
     }
     wait_for(
         &mut admin,
@@ -152,14 +170,7 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
         )
         .unwrap()
         .get(0);
-    wait_for(
-        &mut admin,
-        "a round on the new compressor's keys",
-        &format!(
-            "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
-                            AND (report ->> 'compressor_version')::integer = {version})"
-        ),
-    );
+    wait_for_round_on(&mut admin, version);
     let refitted = keyopt(&mut admin, query);
     assert_eq!(refitted[0].0, "git-bisect", "{refitted:?}");
 
@@ -174,18 +185,11 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
     }
     let record = |admin: &mut Client, from: usize, to: usize| {
         for i in from..to {
-            admin
-                .execute(
-                    "SELECT skills.record_run($1, \
-                         (SELECT jsonb_agg(jsonb_build_object('skill_id', id, 'passed', name = 'git-bisect')) \
-                          FROM skills.skill), \
-                         executor => 'agent', source_group => $2)",
-                    &[
-                        &format!("a test broke after the merge of branch {i}"),
-                        &format!("broke-{}", i % 3),
-                    ],
-                )
-                .unwrap();
+            record_bisect_run(
+                admin,
+                &format!("a test broke after the merge of branch {i}"),
+                &format!("broke-{}", i % 3),
+            );
         }
     };
     let newest = |admin: &mut Client| -> i32 {
@@ -223,14 +227,7 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
         .unwrap()
         .get(0);
     assert_eq!(stale_keys, 0, "the new compressor rewrote every key");
-    wait_for(
-        &mut admin,
-        "a round on the retrained compressor's keys",
-        &format!(
-            "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
-                            AND (report ->> 'compressor_version')::integer = {retrained})"
-        ),
-    );
+    wait_for_round_on(&mut admin, retrained);
     let served = keyopt(&mut admin, query);
     assert_eq!(served[0].0, "git-bisect", "{served:?}");
 

@@ -103,6 +103,10 @@ struct Args {
     /// KeyOpt as trained on the batches before it (1: every run from the raw keys).
     #[arg(long, default_value_t = 1)]
     online: usize,
+    /// Read the single-tool round with a grid of event settings on the test queries (a
+    /// diagnostic of the headroom; not how settings are chosen).
+    #[arg(long)]
+    settings_sweep: bool,
     /// Print the Hit@1 of a nearest-neighbour vote over every support label (a diagnostic).
     #[arg(long)]
     nearest_labels: bool,
@@ -1343,6 +1347,25 @@ fn main() {
         let methods = Methods::new(&encoder, &metatool, &query_keys, &doc_keys);
         out += &methods.table(&test, |_| (&round, &memory));
         eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
+        if args.settings_sweep {
+            out += "\nThe same round read with other settings on the test queries (a diagnostic: the test queries choose them here):\n\n| α | κ | Hit@1 | NDCG@10 |\n|---|---|---|---|\n";
+            for alpha in [0.0f32, 2.0, 4.0, 8.0, 16.0, 32.0] {
+                for kappa in [10.0f32, 20.0, 40.0] {
+                    let mut other = round.clone();
+                    other.settings.alpha = alpha;
+                    other.settings.kappa = kappa;
+                    let m = evaluate(&metatool, &test, |q| {
+                        keyopt_ranking(&other, &memory, &query_keys[q], &doc_keys, true)
+                    });
+                    let line = format!(
+                        "| {alpha} | {kappa} | {:.3} | {:.3} |\n",
+                        m.hit_at_1, m.ndcg_at_10
+                    );
+                    eprint!("{line}");
+                    out += &line;
+                }
+            }
+        }
         if !args.no_base_relevance {
             out += "\nBase relevance r of the KeyOpt rounds (MetaTool, same split):\n\n";
             out += &base_relevance(
