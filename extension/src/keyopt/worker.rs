@@ -85,19 +85,24 @@ fn due(interval: i32) -> bool {
 
 /// True when the extension is installed, the active compressor (if any) was trained on the
 /// recorded runs (never replace one trained from a pairs query), at least `runs` runs with a
-/// passing arm were recorded after the newest compressor trained on the runs could see, and
-/// the newest compressor is at least `interval` seconds old.
+/// passing arm were recorded after the newest compressor trained on the runs could see, there
+/// are the 4 pairs a training needs (else it would fail on every look), and the newest
+/// compressor is at least `interval` seconds old.
 fn retraining_due(runs: i32, interval: i32) -> bool {
     crate::bgworker::extension_installed()
         && crate::spi::try_get_one_with_args::<bool>(
             "SELECT NOT EXISTS (SELECT 1 FROM skills.compressor AS c WHERE c.active \
                                 AND c.training ->> 'source' IS DISTINCT FROM 'runs') \
-                 AND (SELECT count(*) FROM skills.event AS e \
+                 AND (SELECT count(*) FROM (SELECT 1 FROM skills.event AS e \
                       WHERE e.id > coalesce((SELECT max((c.training ->> 'through_event')::bigint) \
                                              FROM skills.compressor AS c \
                                              WHERE c.training ->> 'source' = 'runs'), 0) \
                         AND EXISTS (SELECT 1 FROM skills.event_arm AS a \
-                                    WHERE a.event_id = e.id AND a.passed AND NOT a.stale)) >= $1 \
+                                    WHERE a.event_id = e.id AND a.passed AND NOT a.stale) \
+                      LIMIT $1) AS new_runs) >= $1 \
+                 AND (SELECT count(*) FROM (SELECT 1 FROM skills.event_arm AS a \
+                      JOIN skills.skill AS s ON s.id = a.skill_id AND s.content_hash = a.content_hash \
+                      WHERE a.passed AND NOT a.stale LIMIT 4) AS p) = 4 \
                  AND coalesce((SELECT max(c.created_at) FROM skills.compressor AS c), '-infinity') \
                      <= now() - make_interval(secs => $2)",
             &[(runs as i64).into(), (interval as f64).into()],
