@@ -7,10 +7,34 @@
 //! largest inner product); `Euclidean` is for L2. The assignment step, the only expensive one,
 //! runs on rayon's threads: pure computation, it never calls into Postgres.
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::rng::SplitMix64;
 use crate::vector::dot_batch;
+
+/// A coordinate type k-means reads points in: f32, or f16 (an index build keeps its sample in
+/// the keys' own f16, twice the keys in the same memory, and widens a block at a time).
+pub trait Coordinate: Copy + Send + Sync {
+    /// `src` as f32: `src` itself for f32, else widened into `buf`.
+    fn as_f32<'a>(src: &'a [Self], buf: &'a mut Vec<f32>) -> &'a [f32];
+}
+
+impl Coordinate for f32 {
+    fn as_f32<'a>(src: &'a [f32], _buf: &'a mut Vec<f32>) -> &'a [f32] {
+        src
+    }
+}
+
+impl Coordinate for f16 {
+    fn as_f32<'a>(src: &'a [f16], buf: &'a mut Vec<f32>) -> &'a [f32] {
+        buf.clear();
+        buf.resize(src.len(), 0.0);
+        src.convert_to_f32_slice(buf);
+        buf
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Geometry {
@@ -20,8 +44,8 @@ pub enum Geometry {
 
 /// `k` centroids (row-major, `dim` values each) trained on `sample` (row-major). Fewer distinct
 /// points than `k` gives fewer centroids; an empty sample gives none.
-pub fn train(
-    sample: &[f32],
+pub fn train<T: Coordinate>(
+    sample: &[T],
     dim: usize,
     k: usize,
     geometry: Geometry,
@@ -33,8 +57,8 @@ pub fn train(
 
 /// [`train`], calling `between_steps` on the calling thread after the seeding and after each
 /// iteration (the extension checks for query cancellation there; rayon's threads never call it).
-pub fn train_with(
-    sample: &[f32],
+pub fn train_with<T: Coordinate>(
+    sample: &[T],
     dim: usize,
     k: usize,
     geometry: Geometry,
@@ -57,6 +81,7 @@ pub fn train_with(
     if geometry == Geometry::Spherical {
         normalize_rows(&mut centroids, dim);
     }
+    let mut buf = Vec::new();
     for _ in 0..iterations {
         let assignment = assign_cancellable(&centroids, dim, sample, geometry);
         let mut sums = vec![0.0f64; k * dim];
@@ -64,7 +89,10 @@ pub fn train_with(
         for (p, &c) in assignment.iter().enumerate() {
             counts[c as usize] += 1;
             let row = &mut sums[c as usize * dim..(c as usize + 1) * dim];
-            for (s, &x) in row.iter_mut().zip(&sample[p * dim..(p + 1) * dim]) {
+            for (s, &x) in row
+                .iter_mut()
+                .zip(T::as_f32(&sample[p * dim..(p + 1) * dim], &mut buf))
+            {
                 *s += x as f64;
             }
         }
@@ -72,7 +100,7 @@ pub fn train_with(
             let row = &mut centroids[c * dim..(c + 1) * dim];
             if counts[c] == 0 {
                 let p = rng.below(n as u64) as usize;
-                row.copy_from_slice(&sample[p * dim..(p + 1) * dim]);
+                row.copy_from_slice(T::as_f32(&sample[p * dim..(p + 1) * dim], &mut buf));
             } else {
                 for (r, s) in row.iter_mut().zip(&sums[c * dim..(c + 1) * dim]) {
                     *r = (*s / counts[c] as f64) as f32;
@@ -99,7 +127,7 @@ const SEED_PASSES: usize = 64;
 /// counts as covered, so no point is drawn twice). One pass per centre would read the
 /// candidates k times: seconds at a thousand lists, for little gain over batches once the
 /// centres are many.
-fn plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<f32> {
+fn plus_plus<T: Coordinate>(sample: &[T], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<f32> {
     let n = sample.len() / dim;
     let m = n.min(SEED_POINTS_PER_CENTRE * k).max(k);
     // A uniform subset of m points: a partial Fisher-Yates shuffle of the indices.
@@ -108,27 +136,32 @@ fn plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<
         let j = i + rng.below((n - i) as u64) as usize;
         order.swap(i, j);
     }
-    let points: Vec<&[f32]> = order[..m]
+    let points: Vec<&[T]> = order[..m]
         .iter()
         .map(|&i| &sample[i * dim..(i + 1) * dim])
         .collect();
     let per_pass = (k / SEED_PASSES).max(1);
     let mut centroids = Vec::with_capacity(k * dim);
-    centroids.extend_from_slice(points[rng.below(m as u64) as usize]);
+    let mut buf = Vec::new();
+    centroids.extend_from_slice(T::as_f32(points[rng.below(m as u64) as usize], &mut buf));
     let mut chosen = 1;
     let mut measured = 0;
     let mut nearest: Vec<f64> = vec![f64::INFINITY; m];
     while chosen < k {
         crate::interrupt::check();
         let new = &centroids[measured * dim..chosen * dim];
-        nearest.par_iter_mut().zip(&points).for_each(|(d, p)| {
-            for c in new.chunks_exact(dim) {
-                let dist = crate::vector::l2sq(p, c) as f64;
-                if dist < *d {
-                    *d = dist;
+        nearest
+            .par_iter_mut()
+            .zip(&points)
+            .for_each_init(Vec::new, |buf, (d, p)| {
+                let p = T::as_f32(p, buf);
+                for c in new.chunks_exact(dim) {
+                    let dist = crate::vector::l2sq(p, c) as f64;
+                    if dist < *d {
+                        *d = dist;
+                    }
                 }
-            }
-        });
+            });
         measured = chosen;
         let mut total: f64 = nearest.iter().sum();
         for _ in 0..per_pass.min(k - chosen) {
@@ -151,7 +184,7 @@ fn plus_plus(sample: &[f32], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<
             total -= nearest[pick];
             // Drawn: not again in this pass (the next pass measures it as a centre anyway).
             nearest[pick] = 0.0;
-            centroids.extend_from_slice(points[pick]);
+            centroids.extend_from_slice(T::as_f32(points[pick], &mut buf));
             chosen += 1;
         }
     }
@@ -173,10 +206,10 @@ const ASSIGN_BLOCK: usize = 4096;
 
 /// [`assign`] in blocks of points, with a cancellation point between blocks on the calling
 /// thread (one pass over many points and lists takes seconds; rayon's threads never check).
-fn assign_cancellable(
+fn assign_cancellable<T: Coordinate>(
     centroids: &[f32],
     dim: usize,
-    points: &[f32],
+    points: &[T],
     geometry: Geometry,
 ) -> Vec<u32> {
     let mut out = Vec::with_capacity(points.len() / dim);
@@ -196,7 +229,12 @@ const PRODUCT_SCORES: usize = 1 << 22;
 /// filing fast: a product reuses each centroid across the block, where one point at a time
 /// streams every centroid through the cache again). The sums run in another order than
 /// [`nearest`]'s, so a point almost equidistant from two centroids may go to either.
-pub fn assign(centroids: &[f32], dim: usize, points: &[f32], geometry: Geometry) -> Vec<u32> {
+pub fn assign<T: Coordinate>(
+    centroids: &[f32],
+    dim: usize,
+    points: &[T],
+    geometry: Geometry,
+) -> Vec<u32> {
     let norms = half_squared_norms(centroids, dim, geometry);
     let lists = norms.len();
     if lists == 0 {
@@ -206,6 +244,8 @@ pub fn assign(centroids: &[f32], dim: usize, points: &[f32], geometry: Geometry)
     points
         .par_chunks(dim * block)
         .flat_map_iter(|chunk| {
+            let mut buf = Vec::new();
+            let chunk = T::as_f32(chunk, &mut buf);
             let rows = chunk.len() / dim;
             let mut scores = vec![0.0f32; rows * lists];
             scores_product(chunk, rows, centroids, lists, dim, &mut scores);
@@ -373,6 +413,26 @@ mod tests {
     }
 
     #[test]
+    fn an_f16_sample_trains_and_assigns_as_its_widened_f32_copy() {
+        // More points than a seeding pass draws from and than one assignment block holds, so
+        // every widening path runs; both geometries.
+        let (points, _) = blobs(70, 80, 24, 5);
+        let halves: Vec<f16> = points.iter().map(|&x| f16::from_f32(x)).collect();
+        let widened: Vec<f32> = halves.iter().map(|x| x.to_f32()).collect();
+        assert_ne!(widened, points, "f16 rounds the blobs: the copies differ from the input");
+        for geometry in [Geometry::Euclidean, Geometry::Spherical] {
+            let from_halves = train(&halves, 24, 70, geometry, 4, 11);
+            let from_widened = train(&widened, 24, 70, geometry, 4, 11);
+            assert_eq!(from_halves, from_widened, "{geometry:?}");
+            assert_eq!(
+                assign(&from_halves, 24, &halves, geometry),
+                assign(&from_halves, 24, &widened, geometry),
+                "{geometry:?}"
+            );
+        }
+    }
+
+    #[test]
     fn recovers_separated_clusters() {
         let (points, labels) = blobs(8, 50, 16, 3);
         let centroids = train(&points, 16, 8, Geometry::Euclidean, 15, 9);
@@ -454,6 +514,6 @@ mod tests {
     fn fewer_points_than_clusters_and_empty_samples() {
         let points = vec![1.0, 0.0, 0.0, 1.0];
         assert_eq!(train(&points, 2, 10, Geometry::Spherical, 5, 0).len(), 4);
-        assert!(train(&[], 2, 10, Geometry::Spherical, 5, 0).is_empty());
+        assert!(train::<f32>(&[], 2, 10, Geometry::Spherical, 5, 0).is_empty());
     }
 }

@@ -351,6 +351,11 @@ mod tests {
         exec("SET LOCAL maintenance_work_mem = '256MB'");
         exec("REINDEX INDEX key_test_ip");
         assert_eq!(lists(), 375, "12,000 keys, 32 a list");
+        // The sample keeps the keys' f16 in half of maintenance_work_mem: 8 MB holds 4,096 keys
+        // (was 1,024 in f32 in a quarter), 128 lists.
+        exec("SET LOCAL maintenance_work_mem = '8MB'");
+        exec("REINDEX INDEX key_test_ip");
+        assert_eq!(lists(), 128, "8 MB: a sample of 4,096 keys");
         exec("DROP INDEX key_test_ip");
         exec("CREATE INDEX key_test_ip ON key_test USING skeys (key) WITH (lists = 20)");
         assert_eq!(lists(), 20);

@@ -1,9 +1,10 @@
 //! CREATE INDEX for skeys: sample keys, train k-means, file every key under its nearest centroid.
 //!
-//! Two passes over the table. The first keeps a uniform reservoir sample of the keys (at most a
-//! quarter of maintenance_work_mem) and counts rows; k-means trains on it (on rayon's threads:
-//! pure computation). The second assigns keys to lists in batches (half of maintenance_work_mem,
-//! assignment in parallel) and appends each batch list by list. The relation is written without
+//! Two passes over the table. The first keeps a uniform reservoir sample of the keys in their own
+//! f16 (at most half of maintenance_work_mem: 32,768 keys at the default 64 MB, enough for
+//! 1,024 lists) and counts rows; k-means trains on it (on rayon's threads: pure computation),
+//! and the sample is freed. The second assigns keys to lists in batches (half of
+//! maintenance_work_mem, assignment in parallel) and appends each batch list by list. The relation is written without
 //! WAL and logged once at the end, as for bm25.
 
 use std::ffi::{c_char, c_void};
@@ -40,7 +41,8 @@ fn memory_budget() -> usize {
 
 struct SampleState {
     capacity: usize,
-    sample: Vec<f32>,
+    /// Row-major f16 keys, as stored: k-means widens a block at a time.
+    sample: Vec<f16>,
     seen: u64,
     rng: SplitMix64,
 }
@@ -59,11 +61,10 @@ impl AssignState<'_> {
         if self.tids.is_empty() {
             return;
         }
-        let widened: Vec<f32> = self.keys.iter().map(|x| x.to_f32()).collect();
         let lists = kmeans::assign(
             &self.centroids.rows,
             KEY_DIM,
-            &widened,
+            &self.keys,
             self.centroids.geometry,
         );
         self.loader
@@ -90,7 +91,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         (pg_sys::GetCurrentTimestamp() as u64) ^ (((*index).rd_id.to_u32() as u64) << 32);
 
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SAMPLE);
-    let capacity = (memory_budget() / 4 / (4 * KEY_DIM)).clamp(1_000, 4_000_000);
+    let capacity = (memory_budget() / 2 / (2 * KEY_DIM)).clamp(1_000, 4_000_000);
     let mut sample = SampleState {
         capacity,
         sample: Vec::new(),
@@ -115,7 +116,7 @@ pub unsafe extern "C-unwind" fn ambuild(
                 pgrx::notice!(
                     "skeys: {lists} lists, not the {unbounded} that {} keys call for: the sample in \
                      maintenance_work_mem holds {points} keys, {} per list; raise \
-                     maintenance_work_mem (a quarter of it holds the sample) for more lists",
+                     maintenance_work_mem (half of it holds the sample) for more lists",
                     sample.seen,
                     options::MIN_SAMPLE_PER_AUTO_LIST
                 );
@@ -139,7 +140,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     if wanted > 1 && use_points < wanted * 16 && (sample.seen as usize) > use_points {
         pgrx::notice!(
             "skeys: k-means trains {wanted} lists on {use_points} sampled keys (fewer than 16 per list); \
-             raise maintenance_work_mem (a quarter of it holds the sample) for better lists"
+             raise maintenance_work_mem (half of it holds the sample) for better lists"
         );
     }
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_TRAIN);
@@ -209,14 +210,23 @@ impl SampleState {
         let key = unsafe { Key::from_datum(value) };
         let mut scratch = Vec::new();
         let values = key.values(&mut scratch);
+        check_dimensions(values.len());
         match slot {
-            None => self.sample.extend(values.iter().map(|x| x.to_f32())),
-            Some(r) => {
-                for (d, x) in values.iter().enumerate() {
-                    self.sample[r * KEY_DIM + d] = x.to_f32();
-                }
-            }
+            None => self.sample.extend_from_slice(values),
+            Some(r) => self.sample[r * KEY_DIM..(r + 1) * KEY_DIM].copy_from_slice(values),
         }
+    }
+}
+
+/// Every key of the index has KEY_DIM values (rows of the sample and of a batch are
+/// KEY_DIM apart).
+fn check_dimensions(len: usize) {
+    if len != KEY_DIM {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!("a key of {len} dimensions in a {KEY_DIM}-d index"),
+            None,
+        );
     }
 }
 
@@ -226,16 +236,7 @@ impl AssignState<'_> {
         let key = unsafe { Key::from_datum(value) };
         let mut scratch = Vec::new();
         let values = key.values(&mut scratch);
-        if values.len() != KEY_DIM {
-            raise(
-                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!(
-                    "a key of {} dimensions in a {KEY_DIM}-d index",
-                    values.len()
-                ),
-                None,
-            );
-        }
+        check_dimensions(values.len());
         self.keys.extend_from_slice(values);
         self.tids.push(tid);
         if self.tids.len() >= self.batch_limit {
