@@ -198,11 +198,14 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
             .unwrap()
             .get(0)
     };
+    // The newest compressor once the worker has had a look (it looks every 5 s).
+    let newest_after_a_look = |admin: &mut Client| -> i32 {
+        std::thread::sleep(Duration::from_secs(7));
+        newest(admin)
+    };
     record(&mut admin, 0, 5);
-    // The worker looks every 5 s.
-    std::thread::sleep(Duration::from_secs(7));
     assert_eq!(
-        newest(&mut admin),
+        newest_after_a_look(&mut admin),
         version,
         "5 of 6 runs: no retraining yet"
     );
@@ -243,9 +246,8 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
         .unwrap()
         .get(0);
     record(&mut admin, 6, 14);
-    std::thread::sleep(Duration::from_secs(7));
     assert_eq!(
-        newest(&mut admin),
+        newest_after_a_look(&mut admin),
         chosen,
         "the worker left the pairs-query compressor"
     );

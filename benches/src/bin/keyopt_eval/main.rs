@@ -590,8 +590,11 @@ fn compressed_doc_keys(
         .filter(|(_, e)| keep(e))
         .map(|(&q, e)| (q, e))
         .unzip();
-    let texts: Vec<String> = support.iter().map(|&q| data.queries[q].1.clone()).collect();
-    let queries = cached_embeddings(encoder, &texts);
+    // Rows of every query's embedding (the list `raw_keys` caches), not a new list per subset:
+    // each subset of runs would embed its queries again and cache them in a file of its own.
+    let all: Vec<String> = data.queries.iter().map(|q| q.1.clone()).collect();
+    let embedded = cached_embeddings(encoder, &all);
+    let queries: Vec<Vec<f32>> = support.iter().map(|&q| embedded[q].clone()).collect();
     let pairs: Vec<(usize, usize)> = events
         .iter()
         .enumerate()

@@ -4,8 +4,8 @@
 //! f16 (at most half of maintenance_work_mem: 32,768 keys at the default 64 MB, enough for
 //! 1,024 lists) and counts rows; k-means trains on it (on rayon's threads: pure computation),
 //! and the sample is freed. The second assigns keys to lists in batches (half of
-//! maintenance_work_mem, assignment in parallel) and appends each batch list by list. The relation is written without
-//! WAL and logged once at the end, as for bm25.
+//! maintenance_work_mem, assignment in parallel) and appends each batch list by list. The
+//! relation is written without WAL and logged once at the end, as for bm25.
 
 use std::ffi::{c_char, c_void};
 
