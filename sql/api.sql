@@ -353,12 +353,14 @@ CREATE FUNCTION skills.search(
     min_score double precision DEFAULT NULL,
     method text DEFAULT 'keyopt',
     bm25_weight double precision DEFAULT 1,
-    semantic_weight double precision DEFAULT 1)
+    semantic_weight double precision DEFAULT 1,
+    complements integer DEFAULT 0)
 RETURNS TABLE (id bigint, name text, category skills.category, score double precision,
                tokens integer, bm25 double precision, semantic double precision,
                graph double precision, beta double precision, dk_term double precision,
                event_term double precision, held_back double precision,
-               coverage double precision, risk skills.risk_level, risk_rules text[])
+               coverage double precision, complement_of bigint, complement text,
+               risk skills.risk_level, risk_rules text[])
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -370,9 +372,10 @@ BEGIN
         SELECT r.*, r.ordinality AS pos
         FROM skills.search_ranked(search.query, search.categories, search.k, search.token_budget,
                                   search.min_score, search.method, search.bm25_weight,
-                                  search.semantic_weight) WITH ORDINALITY AS r)
+                                  search.semantic_weight, search.complements)
+             WITH ORDINALITY AS r)
     SELECT r.id, s.name, s.category, r.score, r.tokens, r.bm25, r.semantic, r.graph, r.beta,
-           r.dk_term, r.event_term, r.held_back, r.coverage, s.risk,
+           r.dk_term, r.event_term, r.held_back, r.coverage, r.complement_of, r.complement, s.risk,
            ARRAY(SELECT DISTINCT f ->> 'rule' FROM jsonb_array_elements(s.risk_findings) AS f
                  WHERE (f ->> 'severity')::skills.risk_level > 'low' ORDER BY 1)
     FROM ranked AS r
@@ -380,8 +383,8 @@ BEGIN
     ORDER BY r.pos;
 END
 $$;
-COMMENT ON FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) IS
-    'Ranked skills for a task, best first (ties by id); skills above pg_skills.max_risk, retired, or outside pg_skills.allowed_licenses are withheld (a NOTICE counts them). risk_rules: the rules found at medium or above. NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from; coverage: for a request of several sentences or list items (semantic, keyopt; pg_skills.cover_request_parts), what answering a part no skill above answers added.';
+COMMENT ON FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision, integer) IS
+    'Ranked skills for a task, best first (ties by id); skills above pg_skills.max_risk, retired, or outside pg_skills.allowed_licenses are withheld (a NOTICE counts them). risk_rules: the rules found at medium or above. NULL = no constraint: categories (all pools), k (no count limit), token_budget (sum of tokens, greedy in rank order), min_score. Methods: bm25, semantic, hybrid, graph, skilltrace, keyopt (default). The part columns show where each score comes from; coverage: for a request of several sentences or list items (semantic, keyopt; pg_skills.cover_request_parts), what answering a part no skill above answers added. complements => n: up to n skills served right after each served skill because it needs them (complement_of names it; complement says why: co-success in recorded runs, dependency, workflow); they count against k and token_budget.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Trust and lifecycle: findings brought up to date, hand-set categories, sources kept in sync.

@@ -14,6 +14,8 @@
 //! - [`fusion`]: reciprocal-rank fusion (the `hybrid` method).
 //! - [`graph`]: the skill graph, personalised PageRank, edge rules and SkillTrace.
 //! - [`needs`]: the parts of a request that needs several skills, and an order covering them.
+//! - [`complements`]: skills served beside a ranked skill (co-success in runs, dependency and
+//!   workflow edges).
 //! - [`serving`]: k, token budget and min_score over a ranking (what `skills.search` serves).
 //! - [`kmeans`]: k-means over keys (the key index's lists).
 //! - [`keyindex`]: the key index (IVF lists of f16 keys) over pages.
@@ -26,6 +28,7 @@
 
 pub mod bm25;
 pub mod bm25index;
+pub mod complements;
 pub mod compressor;
 pub mod encoder;
 pub mod fusion;

@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 
 use pg_skills_corpus::skill::prompt_tokens;
 
-use super::{limits, served, Request};
+use super::{complements_arg, limits, served, Request};
 
 struct Document {
     name: String,
@@ -81,9 +81,11 @@ fn served_sections(
     token_budget: Option<i32>,
     min_score: Option<f64>,
     method: Option<&str>,
+    complements: Option<i32>,
 ) -> Vec<Section> {
     let limits = limits(k, token_budget, min_score);
     let mut req = Request::new(query, categories, method, 1.0, 1.0);
+    req.complements = complements_arg(complements);
     let mut sections: HashMap<i64, Section> = HashMap::new();
     let rows = served(&mut req, limits, |ranked, _| {
         let missing: Vec<i64> = ranked
@@ -146,8 +148,17 @@ fn render_context(
     token_budget: default!(Option<i32>, "NULL"),
     min_score: default!(Option<f64>, "NULL"),
     method: default!(Option<&str>, "'keyopt'"),
+    complements: default!(Option<i32>, "0"),
 ) -> String {
-    let sections = served_sections(query, categories, k, token_budget, min_score, method);
+    let sections = served_sections(
+        query,
+        categories,
+        k,
+        token_budget,
+        min_score,
+        method,
+        complements,
+    );
     let block: String = sections.iter().map(|s| s.text.as_str()).collect();
     block.trim_end().to_string()
 }
@@ -165,6 +176,7 @@ fn context_sections(
     token_budget: default!(Option<i32>, "NULL"),
     min_score: default!(Option<f64>, "NULL"),
     method: default!(Option<&str>, "'keyopt'"),
+    complements: default!(Option<i32>, "0"),
 ) -> TableIterator<
     'static,
     (
@@ -174,7 +186,15 @@ fn context_sections(
         name!(section, String),
     ),
 > {
-    let sections = served_sections(query, categories, k, token_budget, min_score, method);
+    let sections = served_sections(
+        query,
+        categories,
+        k,
+        token_budget,
+        min_score,
+        method,
+        complements,
+    );
     TableIterator::new(
         sections
             .into_iter()

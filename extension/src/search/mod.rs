@@ -14,15 +14,20 @@
 //! For a request of several parts (sentences, list items), semantic and keyopt add `coverage`:
 //! what answering a part no earlier skill answered adds (`parts.rs`).
 //!
+//! With `complements => n`, up to n skills a served skill needs follow it, at its score
+//! (`complements.rs`: co-success in the recorded runs, dependency and workflow edges).
+//!
 //! [`serve`](pg_skills_kernels::serving::serve) then applies k, token_budget and min_score. When a
 //! budget skips rows the ranking is redone deeper, so k rows are served whenever k rows fit.
 
 //!
 //! Files: `request.rs` checks the arguments; `rank.rs` ranks by each method ([`rank::rank`]
-//! dispatches); `parts.rs` covers the parts of a request; this file serves the ranking under
+//! dispatches); `parts.rs` covers the parts of a request; `complements.rs` finds what served
+//! skills need beside them; this file serves the ranking under
 //! the limits; `context.rs` renders served skills as a prompt block; `graph.rs` is the skill
 //! graph's walks and `skills.build_graph`.
 
+pub mod complements;
 pub mod context;
 pub mod graph;
 pub mod parts;
@@ -33,11 +38,15 @@ use std::collections::HashMap;
 
 use pgrx::prelude::*;
 
+use pg_skills_kernels::complements::{interleave, Slot};
 use pg_skills_kernels::serving::{serve, Limits};
 
 use crate::trust::{notice_withheld, serving_facts, Policy, Withheld};
 use rank::{rank, Ranked};
-pub use request::{limits, Request};
+pub use request::{complements as complements_arg, limits, Request};
+
+/// Served skills that get complements, at most (the first ones served).
+const MAX_ANCHORS: usize = 50;
 
 /// What serving needs of each ranked skill: its token count and whether the policy withholds it
 /// (one round trip per ranking).
@@ -46,18 +55,74 @@ struct Facts {
     withheld: HashMap<i64, Withheld>,
 }
 
-fn facts(ids: &[i64], policy: &Policy) -> Facts {
-    let mut f = Facts {
-        tokens: HashMap::new(),
-        withheld: HashMap::new(),
-    };
-    for (id, (tokens, withheld)) in serving_facts(ids, policy) {
-        f.tokens.insert(id, tokens);
-        if let Some(w) = withheld {
-            f.withheld.insert(id, w);
+impl Facts {
+    fn read(ids: &[i64], policy: &Policy) -> Facts {
+        let mut f = Facts {
+            tokens: HashMap::new(),
+            withheld: HashMap::new(),
+        };
+        f.add(ids, policy);
+        f
+    }
+
+    fn add(&mut self, ids: &[i64], policy: &Policy) {
+        for (id, (tokens, withheld)) in serving_facts(ids, policy) {
+            self.tokens.insert(id, tokens);
+            if let Some(w) = withheld {
+                self.withheld.insert(id, w);
+            }
         }
     }
-    f
+}
+
+/// `ranked` with the complements of the rows it would serve right after each of them
+/// (`complements.rs`); a complement carries its anchor's score. Complements the policy
+/// withholds are left out.
+fn with_complements(
+    req: &Request,
+    ranked: Vec<Ranked>,
+    facts: &mut Facts,
+    policy: &Policy,
+    limits: Limits,
+    cost: &mut impl FnMut(&[Ranked], &HashMap<i64, i32>) -> Vec<u64>,
+) -> Vec<Ranked> {
+    let rows: Vec<(f64, u64)> = ranked
+        .iter()
+        .map(|r| r.score)
+        .zip(cost(&ranked, &facts.tokens))
+        .collect();
+    let anchors: Vec<i64> = serve(&rows, limits)
+        .into_iter()
+        .take(MAX_ANCHORS)
+        .map(|i| ranked[i].id)
+        .collect();
+    let mut found = complements::complements(&anchors, req.complements, req.category_filter());
+    let new: Vec<i64> = found
+        .values()
+        .flatten()
+        .map(|c| c.skill)
+        .filter(|id| !facts.tokens.contains_key(id))
+        .collect();
+    facts.add(&new, policy);
+    for list in found.values_mut() {
+        list.retain(|c| {
+            facts.tokens.contains_key(&c.skill) && !facts.withheld.contains_key(&c.skill)
+        });
+    }
+    let ids: Vec<i64> = ranked.iter().map(|r| r.id).collect();
+    interleave(&ids, &found)
+        .into_iter()
+        .map(|slot| match slot {
+            Slot::Ranked(r) => ranked[r].clone(),
+            Slot::Complement { rank, of } => Ranked {
+                id: of.skill,
+                score: ranked[rank].score,
+                complement_of: Some(ranked[rank].id),
+                complement: Some(of.link.as_str()),
+                ..Ranked::default()
+            },
+        })
+        .collect()
 }
 
 /// The served rows of `req` under `limits`, with each row's token count; `cost` gives the tokens
@@ -80,11 +145,14 @@ pub fn served(
     };
     loop {
         let all = rank(req, depth);
-        let facts = facts(&all.iter().map(|r| r.id).collect::<Vec<_>>(), &policy);
-        let (ranked, withheld): (Vec<Ranked>, Vec<Ranked>) = all
+        let mut facts = Facts::read(&all.iter().map(|r| r.id).collect::<Vec<_>>(), &policy);
+        let (mut ranked, withheld): (Vec<Ranked>, Vec<Ranked>) = all
             .iter()
             .cloned()
             .partition(|r| !facts.withheld.contains_key(&r.id));
+        if req.complements > 0 {
+            ranked = with_complements(req, ranked, &mut facts, &policy, limits, &mut cost);
+        }
         let costs = cost(&ranked, &facts.tokens);
         let rows: Vec<(f64, u64)> = ranked.iter().map(|r| r.score).zip(costs).collect();
         let chosen = serve(&rows, limits);
@@ -133,6 +201,7 @@ fn search_ranked(
     method: Option<&str>,
     bm25_weight: Option<f64>,
     semantic_weight: Option<f64>,
+    complements: Option<i32>,
 ) -> TableIterator<
     'static,
     (
@@ -147,6 +216,8 @@ fn search_ranked(
         name!(event_term, Option<f64>),
         name!(held_back, Option<f64>),
         name!(coverage, Option<f64>),
+        name!(complement_of, Option<i64>),
+        name!(complement, Option<String>),
     ),
 > {
     let limits = limits(k, token_budget, min_score);
@@ -159,6 +230,7 @@ fn search_ranked(
         bm25_weight.unwrap_or(1.0),
         semantic_weight.unwrap_or(1.0),
     );
+    req.complements = complements_arg(complements);
     let rows = served(&mut req, limits, |ranked, tokens| {
         ranked
             .iter()
@@ -178,6 +250,8 @@ fn search_ranked(
             r.event_term,
             r.held_back,
             r.coverage,
+            r.complement_of,
+            r.complement.map(str::to_owned),
         )
     }))
 }

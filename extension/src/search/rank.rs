@@ -37,6 +37,9 @@ pub struct Ranked {
     pub coverage: Option<f64>,
     /// KeyOpt: the skill came in through event recall, not the semantic candidates.
     pub recalled: bool,
+    /// Served as a complement of this skill (`complements => n`), and why.
+    pub complement_of: Option<i64>,
+    pub complement: Option<&'static str>,
 }
 
 /// Rows of a query returning (id bigint, score double precision).
@@ -237,7 +240,7 @@ fn fuse(req: &Request, bm25: &[(i64, f64)], semantic: &[(i64, f64)], k: f64) -> 
 }
 
 /// Skill ids among `ids` that are in `categories`.
-fn in_categories(ids: &[i64], categories: &[String]) -> std::collections::HashSet<i64> {
+pub(super) fn in_categories(ids: &[i64], categories: &[String]) -> std::collections::HashSet<i64> {
     id_scores(
         "SELECT id, 0::float8 FROM skills.skill WHERE id = ANY ($1) AND category::text = ANY ($2)",
         &[ids.to_vec().into(), categories.to_vec().into()],

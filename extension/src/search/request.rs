@@ -37,6 +37,8 @@ pub struct Request {
     /// The number of results asked for (k); it sizes KeyOpt's candidate pool, which must not
     /// grow when a budget makes the ranking read deeper.
     pub results_wanted: Option<usize>,
+    /// Complements served after each served skill, at most (`complements => n`; 0: none).
+    pub complements: usize,
     key: Option<Vec<f32>>,
 }
 
@@ -75,6 +77,7 @@ impl Request {
             bm25_weight,
             semantic_weight,
             results_wanted: None,
+            complements: 0,
             key: None,
         }
     }
@@ -117,6 +120,20 @@ pub(crate) fn validate_categories(categories: Vec<Option<String>>) -> Vec<String
             ),
         })
         .collect()
+}
+
+/// The `complements` argument, validated: complements per served skill (NULL: none).
+pub fn complements(n: Option<i32>) -> usize {
+    let max = pg_skills_kernels::complements::MAX_PER_ANCHOR;
+    match n {
+        None => 0,
+        Some(n) if (0..=max as i32).contains(&n) => n as usize,
+        Some(n) => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("complements must be between 0 and {max}, got {n}"),
+            Some("It is how many skills may be served after each served skill because it needs them (0: none)."),
+        ),
+    }
 }
 
 /// The limits of a request, validated.

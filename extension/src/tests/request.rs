@@ -475,4 +475,193 @@ mod tests {
         ));
         assert_eq!(nulls, 0);
     }
+
+    /// (id, complement_of, complement) of a bm25 search with complements.
+    fn with_complements(args: &str) -> Vec<(i64, Option<i64>, Option<String>)> {
+        let sql = format!(
+            "SELECT id, complement_of, complement FROM skills.search({args}, method => 'bm25')"
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[])
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .map(|r| {
+                    (
+                        r.get::<i64>(1).unwrap().unwrap(),
+                        r.get::<i64>(2).unwrap(),
+                        r.get::<String>(3).unwrap(),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    /// A run of `arms` (skill, passed) recorded straight into the tables (no encoder needed).
+    fn run_of(arms: &[(i64, bool)]) {
+        let event: i64 = one(&format!(
+            "INSERT INTO skills.event (task, task_key) VALUES ('a task', {}) RETURNING id",
+            key_literal(&unit(0))
+        ));
+        for (skill, passed) in arms {
+            exec(&format!(
+                "INSERT INTO skills.event_arm (event_id, skill_id, skill_version, content_hash, passed) \
+                 SELECT {event}, id, version, content_hash, {passed} FROM skills.skill WHERE id = {skill}"
+            ));
+        }
+    }
+
+    #[pg_test]
+    fn complements_follow_the_skill_that_needs_them() {
+        without_index();
+        let anchor = insert(
+            "zyx-build-fixer",
+            "fix zyxcompile errors",
+            "Read the zyxcompile error and fix the code.",
+        );
+        let toolchain = insert(
+            "toolchain-setup",
+            "install the toolchain",
+            "Install and pin the compiler.",
+        );
+        let cache = insert(
+            "build-cache",
+            "set up a build cache",
+            "Cache the target folder.",
+        );
+        let helper = insert(
+            "error-explainer",
+            "explain errors",
+            "Explain what went wrong.",
+        );
+        let q = "'zyxcompile'";
+        let plain = with_complements(&format!("{q}, k => 3"));
+        assert_eq!(plain, vec![(anchor, None, None)]);
+        assert_eq!(
+            with_complements(&format!("{q}, k => 3, complements => 2")),
+            plain
+        );
+
+        // The toolchain produces what the fixer needs; the cache usually follows it.
+        exec(&format!(
+            "INSERT INTO skills.edge (from_skill, to_skill, type, weight) VALUES \
+             ({toolchain}, {anchor}, 'dependency', 1), ({anchor}, {cache}, 'workflow', 0.5), \
+             ({anchor}, {toolchain}, 'semantic', 0.9)"
+        ));
+        let dep = (toolchain, Some(anchor), Some("dependency".to_string()));
+        let work = (cache, Some(anchor), Some("workflow".to_string()));
+        assert_eq!(with_complements(&format!("{q}, k => 3")), plain);
+        assert_eq!(
+            with_complements(&format!("{q}, k => 3, complements => 2")),
+            vec![(anchor, None, None), dep.clone(), work.clone()]
+        );
+        assert_eq!(
+            with_complements(&format!("{q}, k => 3, complements => 1")),
+            vec![(anchor, None, None), dep.clone()]
+        );
+        // Complements count against k, carry the anchor's score and stay in its pools.
+        assert_eq!(
+            with_complements(&format!("{q}, k => 2, complements => 2")),
+            vec![(anchor, None, None), dep.clone()]
+        );
+        let scores = id_scores(&format!(
+            "SELECT id, score FROM skills.search({q}, complements => 2, method => 'bm25')"
+        ));
+        assert_eq!(scores[0].1, scores[1].1);
+        let pool: String = one(&format!(
+            "SELECT category::text FROM skills.skill WHERE id = {anchor}"
+        ));
+        let other = if pool == "testing" {
+            "debugging"
+        } else {
+            "testing"
+        };
+        exec(&format!(
+            "SELECT skills.set_category({toolchain}, '{other}')"
+        ));
+        assert_eq!(
+            with_complements(&format!(
+                "{q}, categories => ARRAY['{pool}'], complements => 2"
+            ))
+            .iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>(),
+            [anchor, cache]
+                .into_iter()
+                .filter(|&id| one::<String>(&format!(
+                    "SELECT category::text FROM skills.skill WHERE id = {id}"
+                )) == pool)
+                .collect::<Vec<_>>()
+        );
+        exec(&format!("SELECT skills.set_category({toolchain}, NULL)"));
+
+        // Runs: with the explainer beside it the fixer passed, without it the fixer failed;
+        // with the cache it failed too. Co-success comes first; the cache's edge is overruled.
+        for _ in 0..3 {
+            run_of(&[(anchor, true), (helper, true)]);
+        }
+        for _ in 0..2 {
+            run_of(&[(anchor, false)]);
+            run_of(&[(anchor, false), (cache, false)]);
+        }
+        let co = (helper, Some(anchor), Some("co-success".to_string()));
+        assert_eq!(
+            with_complements(&format!("{q}, k => 5, complements => 3")),
+            vec![(anchor, None, None), co.clone(), dep.clone()]
+        );
+        // A budget that fits the fixer and the toolchain only skips the explainer.
+        let tokens = |id: i64| {
+            one::<i32>(&format!(
+                "SELECT token_count FROM skills.skill WHERE id = {id}"
+            ))
+        };
+        let helper_tokens = tokens(helper);
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = instructions || repeat(' explain', 400) WHERE id = {helper}"
+        ));
+        // A new version of the explainer: its runs were for the old content, so they no longer
+        // count, and it is no complement any more.
+        assert!(tokens(helper) > helper_tokens);
+        assert_eq!(
+            with_complements(&format!("{q}, k => 5, complements => 3")),
+            vec![(anchor, None, None), dep.clone()]
+        );
+        exec(&format!(
+            "UPDATE skills.event_arm AS a SET content_hash = s.content_hash, skill_version = s.version \
+             FROM skills.skill AS s WHERE s.id = a.skill_id AND a.skill_id = {helper}"
+        ));
+        let budget = tokens(anchor) + tokens(toolchain);
+        assert_eq!(
+            with_complements(&format!(
+                "{q}, k => 5, complements => 3, token_budget => {budget}"
+            )),
+            vec![(anchor, None, None), dep.clone()]
+        );
+        // A complement the serving policy withholds is not served.
+        exec(&format!(
+            "UPDATE skills.skill SET retired_at = now() WHERE id = {helper}"
+        ));
+        assert_eq!(
+            with_complements(&format!("{q}, k => 5, complements => 3")),
+            vec![(anchor, None, None), dep.clone()]
+        );
+        // render_context holds the same skills in the same order.
+        let sections: Vec<i64> = id_scores(&format!(
+            "SELECT skill_id, 0::float8 FROM skills.context_sections({q}, k => 5, \
+             method => 'bm25', complements => 3)"
+        ))
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+        assert_eq!(sections, vec![anchor, toolchain]);
+        for bad in ["-1", "6"] {
+            assert_refused(
+                &format!("PERFORM * FROM skills.search({q}, complements => {bad})"),
+                "invalid_parameter_value",
+                "complements must be between 0 and 5%",
+            );
+        }
+        assert_eq!(
+            with_complements(&format!("{q}, complements => NULL")),
+            plain
+        );
+    }
 }

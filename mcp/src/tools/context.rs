@@ -35,7 +35,8 @@ pub struct RenderedContext {
 const RENDER_SQL: &str = "\
 WITH c AS MATERIALIZED (
     SELECT * FROM skills.context_sections($1, categories => $2, k => $3, token_budget => $4,
-                                          min_score => $5, method => $6) WITH ORDINALITY
+                                          min_score => $5, method => $6,
+                                          complements => $7) WITH ORDINALITY
         AS c(skill_id, version, content_hash, section, ord)),
 b AS (SELECT rtrim(coalesce(string_agg(c.section, '' ORDER BY c.ord), ''), E' \\t\\r\\n') AS block FROM c)
 SELECT jsonb_build_object(

@@ -30,6 +30,8 @@ pub use search::{
 pub(crate) const MAX_TEXT_CHARS: usize = 8_000;
 pub(crate) const MAX_K: i64 = 50;
 pub(crate) const MAX_TOKEN_BUDGET: i64 = 200_000;
+/// Complements per served skill (`skills.search`'s own bound).
+pub(crate) const MAX_COMPLEMENTS: i64 = 5;
 /// Outcomes in one report.
 pub(crate) const MAX_ARMS: usize = 100;
 /// `executor`.
@@ -133,6 +135,7 @@ mod tests {
         assert_eq!(p["k"]["maximum"], MAX_K);
         assert_eq!(p["token_budget"]["maximum"], MAX_TOKEN_BUDGET);
         assert_eq!(p["method"]["maxLength"], MAX_METHOD_CHARS);
+        assert_eq!(p["complements"]["maximum"], MAX_COMPLEMENTS);
         let p = &report["properties"];
         assert_eq!(p["task"]["maxLength"], MAX_TEXT_CHARS);
         assert_eq!(p["skills"]["maxItems"], MAX_ARMS);

@@ -51,6 +51,12 @@ pub struct SearchArgs {
     #[serde(default)]
     #[schemars(length(min = 1, max = 32))]
     pub method: Option<String>,
+    /// Also serve, right after each served skill, up to this many skills it needs (0-5): ones
+    /// that past runs with it needed, its prerequisites and usual next steps. They count
+    /// against k and token_budget. Default 0.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 5))]
+    pub complements: Option<i64>,
 }
 
 /// A search request with its limits checked and defaults applied.
@@ -62,6 +68,7 @@ pub struct SearchRequest {
     pub token_budget: Option<i32>,
     pub min_score: Option<f64>,
     pub method: String,
+    pub complements: i32,
 }
 
 impl SearchArgs {
@@ -119,6 +126,10 @@ impl SearchArgs {
         if let Some(m) = self.min_score {
             check_finite("min_score", m)?;
         }
+        let complements = match self.complements {
+            Some(n) => check_range("complements", n, 0, MAX_COMPLEMENTS)?,
+            None => 0,
+        };
         Ok(SearchRequest {
             query: self.query,
             categories: self.categories,
@@ -126,6 +137,7 @@ impl SearchArgs {
             token_budget,
             min_score: self.min_score,
             method: self.method.unwrap_or_else(|| DEFAULT_METHOD.to_owned()),
+            complements,
         })
     }
 }
@@ -176,6 +188,13 @@ pub struct SkillHit {
     pub risk: String,
     /// The risk findings: rule, severity, field, lines, excerpt, mitigation.
     pub risk_findings: Vec<Value>,
+    /// Served because the skill with this id needs it (`complements`), and why: co-success
+    /// (runs with both passed more often), dependency (it produces what that skill needs) or
+    /// workflow (it usually follows that skill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complement_of: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complement: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -198,14 +217,16 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
                'beta', r.beta, 'dk_term', r.dk_term, 'event_term', r.event_term,
                'held_back', r.held_back, 'coverage', r.coverage)),
            'provenance', s.provenance, 'risk', r.risk,
-           'risk_findings', s.risk_findings) ORDER BY r.rank), '[]'::jsonb)
+           'risk_findings', s.risk_findings, 'complement_of', r.complement_of,
+           'complement', r.complement) ORDER BY r.rank), '[]'::jsonb)
 FROM skills.search($1, categories => $2, k => $3, token_budget => $4, min_score => $5,
-                   method => $6)
+                   method => $6, complements => $7)
      WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta,
-                          dk_term, event_term, held_back, coverage, risk, risk_rules, rank)
+                          dk_term, event_term, held_back, coverage, complement_of, complement,
+                          risk, risk_rules, rank)
 JOIN skills.skill AS s ON s.id = r.id";
 
-/// Runs `sql` (a statement over skills.search / skills.render_context taking the request's six
+/// Runs `sql` (a statement over skills.search / skills.render_context taking the request's seven
 /// parameters in order) and returns its one jsonb value, with what the serving policy withheld.
 pub(super) async fn request_value(
     db: &Database,
@@ -225,6 +246,7 @@ pub(super) async fn request_value(
                         &req.token_budget,
                         &req.min_score,
                         &req.method.as_str(),
+                        &req.complements,
                     ],
                 )
                 .await?;
