@@ -9,7 +9,11 @@
 //!    arms passing) and n₋ served a without c (p₋ with a passing): how much adding c raised the
 //!    pass rate of a's runs, with one pass and one failure of prior on each side so that a
 //!    handful of runs cannot say much. A pair needs [`MIN_JOINT_PASSES`] joint passes and an
-//!    uplift of at least [`MIN_UPLIFT`].
+//!    uplift of at least [`MIN_UPLIFT`]. Runs are counted by their weight: with a request key,
+//!    `exp(κ·(sim − s_max))` for a run whose task is `sim` from the request ([`weights`]; the
+//!    nearest run weighs 1), so the runs of tasks like this one decide. A skill is often served
+//!    beside a as a bystander of other tasks, and counted alike, those tasks' needs would pass
+//!    for a's.
 //! 2. **Dependency edges** into the anchor (`c → a`: c produces what a needs), by edge weight.
 //! 3. **Workflow edges** out of the anchor (`a → c`: c usually follows a), by edge weight.
 //!
@@ -24,12 +28,40 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::keyopt::Arm;
 
-/// Joint passes a co-success pair needs.
-pub const MIN_JOINT_PASSES: usize = 2;
+/// Joint passes a co-success pair needs (weighted: the nearest run counts 1).
+pub const MIN_JOINT_PASSES: f64 = 2.0;
 /// The least uplift (difference of smoothed pass rates) a co-success pair needs.
 pub const MIN_UPLIFT: f64 = 0.2;
 /// Complements a served skill gets at most (the `complements` argument's upper bound).
 pub const MAX_PER_ANCHOR: usize = 5;
+/// κ of the run weights: a run 0.1 less similar to the request than the nearest weighs e⁻¹.
+pub const SIMILARITY_SHARPNESS: f32 = 10.0;
+
+/// A recorded run as co-success reads it: its weight and its arms (outcomes resolved).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    pub weight: f64,
+    pub arms: Vec<Arm>,
+}
+
+/// The weight of each run from its task's similarity to the request: `exp(κ·(sim − s_max))`.
+pub fn weights(similarities: &[f32]) -> Vec<f64> {
+    let top = similarities
+        .iter()
+        .copied()
+        .filter(|s| s.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max);
+    similarities
+        .iter()
+        .map(|&s| {
+            if s.is_finite() {
+                ((SIMILARITY_SHARPNESS * (s - top)) as f64).exp()
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
 
 /// Why a skill is served as a complement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -73,44 +105,45 @@ pub struct LinkEdge {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PairEvidence {
     pub candidate: i64,
-    /// Runs that served both.
-    pub together: usize,
-    /// Of those, runs where both arms passed.
-    pub joint_passes: usize,
+    /// Runs that served both (weighted).
+    pub together: f64,
+    /// Of those, runs where both arms passed (weighted).
+    pub joint_passes: f64,
     /// Smoothed pass rate with the candidate minus without it (see the module comment).
     pub uplift: f64,
 }
 
-/// The evidence of every candidate served at least once beside `anchor` in `runs` (each run:
-/// its arms, every arm's outcome resolved), by candidate id.
-pub fn co_success(runs: &[Vec<Arm>], anchor: i64) -> Vec<PairEvidence> {
+/// The evidence of every candidate served at least once beside `anchor` in `runs`, by
+/// candidate id.
+pub fn co_success(runs: &[Run], anchor: i64) -> Vec<PairEvidence> {
     #[derive(Default)]
     struct Counts {
-        together: usize,
-        joint_passes: usize,
-        anchor_passed: usize,
+        together: f64,
+        joint_passes: f64,
+        anchor_passed: f64,
     }
-    let mut anchor_runs = 0usize;
-    let mut anchor_passed = 0usize;
+    let mut anchor_runs = 0.0f64;
+    let mut anchor_passed = 0.0f64;
     let mut pairs: BTreeMap<i64, Counts> = BTreeMap::new();
-    for arms in runs {
-        let Some(a) = arms.iter().find(|arm| arm.skill == anchor) else {
+    for run in runs {
+        let Some(a) = run.arms.iter().find(|arm| arm.skill == anchor) else {
             continue;
         };
-        anchor_runs += 1;
-        anchor_passed += a.passed as usize;
+        let w = run.weight;
+        anchor_runs += w;
+        anchor_passed += w * a.passed as u8 as f64;
         let mut seen = HashSet::new();
-        for c in arms.iter().filter(|c| c.skill != anchor) {
+        for c in run.arms.iter().filter(|c| c.skill != anchor) {
             if !seen.insert(c.skill) {
                 continue;
             }
             let p = pairs.entry(c.skill).or_default();
-            p.together += 1;
-            p.joint_passes += (a.passed && c.passed) as usize;
-            p.anchor_passed += a.passed as usize;
+            p.together += w;
+            p.joint_passes += w * (a.passed && c.passed) as u8 as f64;
+            p.anchor_passed += w * a.passed as u8 as f64;
         }
     }
-    let rate = |passed: usize, runs: usize| (passed as f64 + 1.0) / (runs as f64 + 2.0);
+    let rate = |passed: f64, runs: f64| (passed + 1.0) / (runs + 2.0);
     pairs
         .into_iter()
         .map(|(candidate, p)| PairEvidence {
@@ -118,7 +151,10 @@ pub fn co_success(runs: &[Vec<Arm>], anchor: i64) -> Vec<PairEvidence> {
             together: p.together,
             joint_passes: p.joint_passes,
             uplift: rate(p.joint_passes, p.together)
-                - rate(anchor_passed - p.anchor_passed, anchor_runs - p.together),
+                - rate(
+                    (anchor_passed - p.anchor_passed).max(0.0),
+                    (anchor_runs - p.together).max(0.0),
+                ),
         })
         .collect()
 }
@@ -128,7 +164,7 @@ pub fn co_success(runs: &[Vec<Arm>], anchor: i64) -> Vec<PairEvidence> {
 /// strongest kind, and a skill the runs speak against is left out.
 pub fn complements_of(
     anchor: i64,
-    runs: &[Vec<Arm>],
+    runs: &[Run],
     edges: &[LinkEdge],
     max: usize,
 ) -> Vec<Complement> {
@@ -205,10 +241,14 @@ pub fn interleave(ranked: &[i64], complements: &HashMap<i64, Vec<Complement>>) -
 mod tests {
     use super::*;
 
-    fn run(arms: &[(i64, bool)]) -> Vec<Arm> {
-        arms.iter()
-            .map(|&(skill, passed)| Arm { skill, passed })
-            .collect()
+    fn run(arms: &[(i64, bool)]) -> Run {
+        Run {
+            weight: 1.0,
+            arms: arms
+                .iter()
+                .map(|&(skill, passed)| Arm { skill, passed })
+                .collect(),
+        }
     }
 
     #[test]
@@ -221,13 +261,13 @@ mod tests {
             run(&[(1, false), (3, false)]),
             run(&[(1, false), (3, false)]),
         ];
-        let up: HashMap<i64, (f64, usize)> = co_success(&runs, 1)
+        let up: HashMap<i64, (f64, f64)> = co_success(&runs, 1)
             .into_iter()
             .map(|e| (e.candidate, (e.uplift, e.joint_passes)))
             .collect();
         // 2: 3 of 3 with it (0.8), 0 of 2 without (0.25).
         assert!((up[&2].0 - (0.8 - 0.25)).abs() < 1e-12);
-        assert_eq!(up[&2].1, 3);
+        assert_eq!(up[&2].1, 3.0);
         // 3: 2 of 4 with it (0.5), 1 of 1 without (2/3): a negative uplift.
         assert!((up[&3].0 - (0.5 - 2.0 / 3.0)).abs() < 1e-12);
         let got = complements_of(1, &runs, &[], 5);
@@ -259,6 +299,37 @@ mod tests {
             .find(|e| e.candidate == 5)
             .expect("5 was served with 1");
         assert!(five.uplift.abs() < 1e-12, "uplift {}", five.uplift);
+    }
+
+    #[test]
+    fn runs_of_tasks_like_the_request_decide() {
+        // Near the request (weight 1): 1 passes with 2 and fails without it. Far from it
+        // (similarity 0.5 lower, weight e⁻⁵): 1 is a bystander of tasks that 3 made pass.
+        let w = weights(&[0.9, 0.9, 0.9, 0.9, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4]);
+        assert!((w[0] - 1.0).abs() < 1e-12 && (w[9] - (-5.0f64).exp()).abs() < 1e-6);
+        let arms = [
+            vec![(1, true), (2, true)],
+            vec![(1, true), (2, true)],
+            vec![(1, true), (2, true)],
+            vec![(1, false)],
+        ];
+        let mut runs: Vec<Run> = arms.iter().map(|a| run(a)).collect();
+        for _ in 0..6 {
+            runs.push(run(&[(1, true), (3, true)]));
+        }
+        for (r, w) in runs.iter_mut().zip(&w) {
+            r.weight = *w;
+        }
+        let got = complements_of(1, &runs, &[], 5);
+        assert_eq!(got.iter().map(|c| c.skill).collect::<Vec<_>>(), vec![2]);
+        // Unweighted, the bystanders' six passes make 3 a complement as well.
+        for r in &mut runs {
+            r.weight = 1.0;
+        }
+        let got = complements_of(1, &runs, &[], 5);
+        assert!(got.iter().any(|c| c.skill == 3), "{got:?}");
+        assert!(weights(&[]).is_empty());
+        assert_eq!(weights(&[f32::NAN, 0.5])[0], 0.0);
     }
 
     #[test]

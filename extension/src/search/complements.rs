@@ -1,11 +1,12 @@
 //! Complementary skills for a search (`complements => n`): up to n skills served right after
 //! each served skill because it needs them (`pg_skills_kernels::complements` has the rules):
 //! co-success in the recorded runs that served it, then dependency edges into it and workflow
-//! edges out of it (`skills.edge`).
+//! edges out of it (`skills.edge`). Runs count by how near their task is to the request
+//! (`complements::weights`), when the encoder is there to give the request a key.
 
 use std::collections::HashMap;
 
-use pg_skills_kernels::complements::{complements_of, Complement, Link, LinkEdge};
+use pg_skills_kernels::complements::{complements_of, weights, Complement, Link, LinkEdge, Run};
 use pg_skills_kernels::keyopt::Arm;
 
 /// Recorded runs read per search, the newest first: enough for the pairs of a busy library,
@@ -14,8 +15,9 @@ pub const MAX_RUNS: i64 = 20_000;
 
 /// Runs that served any of `anchors` (the newest [`MAX_RUNS`]), each with its arms whose
 /// outcome is known (the arm's own, else the run's set outcome); arms recorded for a version
-/// that is not current are left out, as the fit and the reading leave them out.
-fn runs_of(anchors: &[i64]) -> Vec<Vec<Arm>> {
+/// that is not current are left out, as the fit and the reading leave them out. Weighted by
+/// their task's similarity to `key` (all 1 without one).
+fn runs_of(anchors: &[i64], key: Option<Vec<f32>>) -> Vec<Run> {
     crate::spi::read(|client| {
         let rows = client.select(
             // One step per table, as the event memory reads them (docs/citus.md): runs and
@@ -25,7 +27,10 @@ fn runs_of(anchors: &[i64]) -> Vec<Vec<Arm>> {
                  WHERE skill_id = ANY ($1) AND NOT stale \
                  ORDER BY event_id DESC LIMIT $2), \
              runs AS MATERIALIZED ( \
-                 SELECT e.id, e.set_passed FROM skills.event AS e \
+                 SELECT e.id, e.set_passed, \
+                        coalesce(-(e.task_key OPERATOR(skills.<#>) skills.key($3::real[])), 0)::float8 \
+                            AS sim \
+                 FROM skills.event AS e \
                  WHERE e.id IN (SELECT event_id FROM mine)), \
              arms AS MATERIALIZED ( \
                  SELECT a.event_id, a.skill_id, a.passed, a.content_hash \
@@ -34,29 +39,36 @@ fn runs_of(anchors: &[i64]) -> Vec<Vec<Arm>> {
              current AS MATERIALIZED ( \
                  SELECT s.id, s.content_hash FROM skills.skill AS s \
                  WHERE s.id IN (SELECT skill_id FROM arms)) \
-             SELECT a.event_id, a.skill_id, coalesce(a.passed, r.set_passed) \
+             SELECT a.event_id, a.skill_id, coalesce(a.passed, r.set_passed), r.sim \
              FROM arms AS a \
              JOIN runs AS r ON r.id = a.event_id \
              JOIN current AS c ON c.id = a.skill_id AND c.content_hash = a.content_hash \
              WHERE coalesce(a.passed, r.set_passed) IS NOT NULL \
              ORDER BY a.event_id, a.skill_id",
             None,
-            &[anchors.to_vec().into(), MAX_RUNS.into()],
+            &[anchors.to_vec().into(), MAX_RUNS.into(), key.into()],
         )?;
-        let mut out: Vec<(i64, Vec<Arm>)> = Vec::new();
+        let mut out: Vec<(i64, f32, Vec<Arm>)> = Vec::new();
         for row in rows {
             let event = row.get::<i64>(1)?.expect("NOT NULL");
             let skill = row.get::<i64>(2)?.expect("NOT NULL");
             let passed = row.get::<bool>(3)?.expect("filtered");
-            if out.last().is_none_or(|(last, _)| *last != event) {
-                out.push((event, Vec::new()));
+            let sim = row.get::<f64>(4)?.expect("NOT NULL") as f32;
+            if out.last().is_none_or(|(last, _, _)| *last != event) {
+                out.push((event, sim, Vec::new()));
             }
             out.last_mut()
                 .expect("pushed")
-                .1
+                .2
                 .push(Arm { skill, passed });
         }
-        Ok::<_, pgrx::spi::Error>(out.into_iter().map(|(_, arms)| arms).collect())
+        let w = weights(&out.iter().map(|r| r.1).collect::<Vec<_>>());
+        Ok::<_, pgrx::spi::Error>(
+            out.into_iter()
+                .zip(w)
+                .map(|((_, _, arms), weight)| Run { weight, arms })
+                .collect(),
+        )
     })
 }
 
@@ -87,16 +99,18 @@ fn edges_of(anchors: &[i64]) -> Vec<LinkEdge> {
     })
 }
 
-/// Up to `per_anchor` complements of each of `anchors`, from skills in the request's pools.
+/// Up to `per_anchor` complements of each of `anchors`, from skills in the request's pools;
+/// `key`: the request's key, which weighs the runs.
 pub fn complements(
     anchors: &[i64],
     per_anchor: usize,
     categories: Option<Vec<String>>,
+    key: Option<Vec<f32>>,
 ) -> HashMap<i64, Vec<Complement>> {
     if anchors.is_empty() || per_anchor == 0 {
         return HashMap::new();
     }
-    let runs = runs_of(anchors);
+    let runs = runs_of(anchors, key);
     let edges = edges_of(anchors);
     let mut found: HashMap<i64, Vec<Complement>> = anchors
         .iter()

@@ -79,7 +79,7 @@ impl Facts {
 /// (`complements.rs`); a complement carries its anchor's score. Complements the policy
 /// withholds are left out.
 fn with_complements(
-    req: &Request,
+    req: &mut Request,
     ranked: Vec<Ranked>,
     facts: &mut Facts,
     policy: &Policy,
@@ -96,7 +96,10 @@ fn with_complements(
         .take(MAX_ANCHORS)
         .map(|i| ranked[i].id)
         .collect();
-    let mut found = complements::complements(&anchors, req.complements, req.category_filter());
+    // Runs are weighed by their task's similarity to the request, when the encoder is there to
+    // give it a key (a bm25 search on a server without the model weighs them alike).
+    let key = crate::embedding::try_encoder().is_ok().then(|| req.key());
+    let mut found = complements::complements(&anchors, req.complements, req.category_filter(), key);
     let new: Vec<i64> = found
         .values()
         .flatten()

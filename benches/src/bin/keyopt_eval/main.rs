@@ -34,9 +34,13 @@ use pg_skills_benches::eval::{
     bm25_normalised_scores, bm25_rankings, cached_embeddings, distractors, evaluate, hash, load,
     row, rrf, Dataset,
 };
+use pg_skills_kernels::complements::{Link, LinkEdge};
 use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
-use pg_skills_kernels::keyopt::fit::{best_of, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES};
+use pg_skills_kernels::graph::{rules, EdgeType};
+use pg_skills_kernels::keyopt::fit::{
+    best_of, fit, FitOptions, Fitted, SetOutcome, SupportEvent, BM25_SHARES,
+};
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
 use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
 use pg_skills_kernels::keyopt::simulate::{spearman, World};
@@ -986,6 +990,9 @@ fn metatool_pairs(
     library_runs.extend(set_runs);
     let (library_round, library_memory, library_line) =
         round_of(doc_keys, &library_runs, "all the library's runs");
+    // What `complements => 1` serves from those runs (co-success; MetaTool has no edges).
+    let complementer = multi::Complementer::new(&library_runs, &[], doc_keys.len());
+    let complements_of = |_: &multi::MultiTask| &complementer;
     let mut out = format!(
         "\n### MetaTool, two tools per request: {} test requests (support {} requests from the support queries)\n\n",
         test_tasks.len(),
@@ -1008,10 +1015,147 @@ fn metatool_pairs(
             (&arm_round, &arm_memory),
         ]
     };
-    out += &multi::table(&test_refs, doc_keys, &names, rounds);
+    out += &format!(
+        "Complements (`complements => 1`, co-success in all the library's runs) for a tool's own description: {} of {} tools.\n\n",
+        complementer.with_any(doc_keys),
+        doc_keys.len()
+    );
+    out += &multi::table(&test_refs, doc_keys, &names, rounds, Some(&complements_of));
     let joined_refs: Vec<&multi::MultiTask> = joined_tasks.iter().collect();
     out += "\nThe same test pairs as one sentence, \"<q1> and <q2>\" (same rounds):\n\n";
-    out += &multi::table(&joined_refs, doc_keys, &names, rounds);
+    out += &multi::table(
+        &joined_refs,
+        doc_keys,
+        &names,
+        rounds,
+        Some(&complements_of),
+    );
+    out
+}
+
+/// A library whose tasks each need a second skill the request does not name: every tool has a
+/// fixed partner (a seeded random pairing of the tools), and a task of a tool needs its partner
+/// too. Support runs record what an agent used: the semantic top 3 of its request and, in half
+/// of the runs, the partner it found by itself; a run passes when it used every needed skill
+/// (reported as the outcome of the whole set). Test requests are the test queries, which name
+/// only their own tool; the rankings are scored on both needs.
+fn metatool_hidden_partners(
+    data: &Dataset,
+    doc_keys: &[Vec<f32>],
+    query_keys: &[Vec<f32>],
+    support: &[usize],
+    test: &[usize],
+    seed: u64,
+) -> String {
+    const SUPPORT_REQUESTS: usize = 6000;
+    const TEST_REQUESTS: usize = 1500;
+    const USED: usize = 3;
+    let mut rng = SplitMix64(seed ^ 0xc0);
+    let mut order: Vec<usize> = (0..doc_keys.len()).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let mut partner: Vec<Option<usize>> = vec![None; doc_keys.len()];
+    for pair in order.chunks(2) {
+        if let [a, b] = *pair {
+            partner[a] = Some(b);
+            partner[b] = Some(a);
+        }
+    }
+    // (the partners a task needs, the task)
+    let tasks = |side: &[usize], limit: usize| -> Vec<(Vec<usize>, multi::MultiTask)> {
+        side.iter()
+            .filter_map(|&q| {
+                let own = needed_docs(data, q);
+                let partners: Vec<usize> = own
+                    .iter()
+                    .filter_map(|&d| partner[d])
+                    .filter(|p| !own.contains(p))
+                    .collect();
+                if own.is_empty() || partners.len() != own.len() {
+                    return None;
+                }
+                let mut needed = own;
+                needed.extend(&partners);
+                Some((
+                    partners,
+                    multi::MultiTask {
+                        key: query_keys[q].clone(),
+                        parts: Vec::new(),
+                        needed,
+                        id: hash(seed, &data.queries[q].1),
+                    },
+                ))
+            })
+            .take(limit)
+            .collect()
+    };
+    let support_tasks = tasks(support, SUPPORT_REQUESTS);
+    let test_tasks: Vec<multi::MultiTask> = tasks(test, TEST_REQUESTS)
+        .into_iter()
+        .map(|t| t.1)
+        .collect();
+    let runs: Vec<SupportEvent> = support_tasks
+        .iter()
+        .map(|(partners, task)| {
+            let mut set: Vec<usize> = semantic_top(&task.key, doc_keys, USED)
+                .into_iter()
+                .map(|(d, _)| d)
+                .collect();
+            if rng.next_u64() % 2 == 0 {
+                for &p in partners {
+                    if !set.contains(&p) {
+                        set.push(p);
+                    }
+                }
+            }
+            let passed = task.needed.iter().all(|d| set.contains(d));
+            SupportEvent {
+                key: task.key.clone(),
+                pairing: task.id,
+                group: task.id,
+                arms: Vec::new(),
+                relevance: None,
+                set: Some(SetOutcome {
+                    skills: set.iter().map(|&d| d as i64).collect(),
+                    passed,
+                    relevance: None,
+                }),
+            }
+        })
+        .collect();
+    let passed = runs
+        .iter()
+        .filter(|r| r.set.as_ref().is_some_and(|s| s.passed))
+        .count();
+    let (round, memory, line) = round_of(doc_keys, &runs, "the library's runs");
+    let complementer = multi::Complementer::new(&runs, &[], doc_keys.len());
+    let right = (0..doc_keys.len())
+        .filter(|&d| {
+            let served = complementer.complemented(&doc_keys[d], &[d], 1);
+            served.get(1).copied() == partner[d]
+        })
+        .count();
+    let mut out = format!(
+        "\n### MetaTool, a partner tool the request does not name: {} test requests (support {} runs, {passed} passed)\n\n",
+        test_tasks.len(),
+        runs.len()
+    );
+    out += &line;
+    out += &format!(
+        "\nComplements (`complements => 1`) for a tool's own description: {} of {} tools; the partner for {right}.\n\n",
+        complementer.with_any(doc_keys),
+        doc_keys.len()
+    );
+    let test_refs: Vec<&multi::MultiTask> = test_tasks.iter().collect();
+    let complements_of = |_: &multi::MultiTask| &complementer;
+    out += &multi::table(
+        &test_refs,
+        doc_keys,
+        &["**KeyOpt**, fitted on the library's runs"],
+        |_| vec![(&round, &memory)],
+        Some(&complements_of),
+    );
     out
 }
 
@@ -1063,15 +1207,47 @@ fn skillsbench_multi(
         "\n### SkillsBench, tasks that need 2–6 skills: {} tasks; each fold ranked by rounds fitted on the other fold\n\n",
         tasks.len()
     );
+    // The documents' dependency and workflow edges (`skills.build_graph`'s rules).
+    let documents: Vec<(String, String)> = data
+        .docs
+        .iter()
+        .map(|d| (d.1.clone(), format!("{}\n\n{}", d.2, d.3)))
+        .collect();
+    let edges: Vec<LinkEdge> = rules::extract(
+        &documents
+            .iter()
+            .enumerate()
+            .map(|(i, (name, text))| rules::Document {
+                id: i as i64,
+                name,
+                text,
+            })
+            .collect::<Vec<_>>(),
+    )
+    .into_iter()
+    .filter_map(|e| {
+        let link = match e.kind {
+            EdgeType::Dependency => Link::Dependency,
+            EdgeType::Workflow => Link::Workflow,
+            _ => return None,
+        };
+        Some(LinkEdge {
+            from: e.from,
+            to: e.to,
+            link,
+            weight: e.weight,
+        })
+    })
+    .collect();
     let mut rounds = Vec::new();
+    let mut fold_runs = Vec::new();
     for f in 0..2 {
         let support: Vec<&multi::MultiTask> =
             tasks.iter().filter(|t| t.0 != f).map(|t| &t.1).collect();
-        let (set_round, set_memory, line) = round_of(
-            doc_keys,
-            &multi::set_runs(&support, doc_keys, seed),
-            &format!("fold {f}, set outcomes"),
-        );
+        let set_runs = multi::set_runs(&support, doc_keys, seed);
+        fold_runs.push(set_runs.clone());
+        let (set_round, set_memory, line) =
+            round_of(doc_keys, &set_runs, &format!("fold {f}, set outcomes"));
         out += &line;
         let (arm_round, arm_memory, line) = round_of(
             doc_keys,
@@ -1081,13 +1257,44 @@ fn skillsbench_multi(
         out += &line;
         rounds.push([(set_round, set_memory), (arm_round, arm_memory)]);
     }
-    out += "\n";
     let fold: HashMap<u64, usize> = tasks.iter().map(|t| (t.1.id, t.0)).collect();
+    let complementers: Vec<multi::Complementer> = fold_runs
+        .iter()
+        .map(|runs| multi::Complementer::new(runs, &edges, doc_keys.len()))
+        .collect();
+    let needed_pairs: usize = tasks
+        .iter()
+        .map(|t| {
+            let c = &complementers[t.0];
+            t.1.needed
+                .iter()
+                .filter(|&&a| {
+                    c.complemented(&t.1.key, &[a], 1)
+                        .get(1)
+                        .is_some_and(|x| t.1.needed.contains(x))
+                })
+                .count()
+        })
+        .sum();
+    out += &format!(
+        "\n{} dependency and workflow edges from the documents' rules; complements (`complements => 1`: the other fold's set runs, then these edges) for a skill's own document: {} and {} of {} skills (fold 0, 1); a needed skill's complement for its task is another needed skill of the task {needed_pairs} times.\n\n",
+        edges.len(),
+        complementers[0].with_any(doc_keys),
+        complementers[1].with_any(doc_keys),
+        doc_keys.len()
+    );
     let all: Vec<&multi::MultiTask> = tasks.iter().map(|t| &t.1).collect();
-    out += &multi::table(&all, doc_keys, &SET_AND_ARM_ROUNDS, |t| {
-        let r = &rounds[fold[&t.id]];
-        vec![(&r[0].0, &r[0].1), (&r[1].0, &r[1].1)]
-    });
+    let complements_of = |t: &multi::MultiTask| &complementers[fold[&t.id]];
+    out += &multi::table(
+        &all,
+        doc_keys,
+        &SET_AND_ARM_ROUNDS,
+        |t| {
+            let r = &rounds[fold[&t.id]];
+            vec![(&r[0].0, &r[0].1), (&r[1].0, &r[1].1)]
+        },
+        Some(&complements_of),
+    );
     out
 }
 
@@ -1393,6 +1600,14 @@ fn main() {
     eprintln!(
         "MetaTool pairs done ({:.0} s)",
         started.elapsed().as_secs_f64()
+    );
+    out += &metatool_hidden_partners(
+        &metatool,
+        &doc_keys,
+        &query_keys,
+        &support,
+        &test,
+        args.seed,
     );
 
     if !args.no_skillsbench {

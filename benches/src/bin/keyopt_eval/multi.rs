@@ -13,6 +13,9 @@
 use std::collections::HashMap;
 
 use pg_skills_benches::metrics::query_metrics;
+use pg_skills_kernels::complements::{
+    complements_of, interleave, weights, Complement, LinkEdge, Run, Slot,
+};
 use pg_skills_kernels::keyopt::fit::{SetOutcome, SupportEvent};
 use pg_skills_kernels::keyopt::memory::EventMemory;
 use pg_skills_kernels::keyopt::{Arm, Round};
@@ -177,6 +180,95 @@ pub fn arm_runs(tasks: &[&MultiTask], doc_keys: &[Vec<f32>]) -> Vec<SupportEvent
         .collect()
 }
 
+/// The recorded runs as `skills.search(..., complements => n)` reads them: each event's arms
+/// (every skill of a set run sharing the run's outcome), its task key, and the documents'
+/// edges.
+pub struct Complementer<'a> {
+    runs: Vec<(&'a [f32], Vec<Arm>)>,
+    /// The runs that served each document.
+    runs_of: Vec<Vec<usize>>,
+    edges: &'a [LinkEdge],
+}
+
+impl<'a> Complementer<'a> {
+    pub fn new(events: &'a [SupportEvent], edges: &'a [LinkEdge], docs: usize) -> Self {
+        let runs: Vec<(&[f32], Vec<Arm>)> = events
+            .iter()
+            .map(|e| {
+                let arms = match &e.set {
+                    Some(set) => set
+                        .skills
+                        .iter()
+                        .map(|&skill| Arm {
+                            skill,
+                            passed: set.passed,
+                        })
+                        .collect(),
+                    None => e.arms.clone(),
+                };
+                (e.key.as_slice(), arms)
+            })
+            .collect();
+        let mut runs_of: Vec<Vec<usize>> = vec![Vec::new(); docs];
+        for (i, (_, arms)) in runs.iter().enumerate() {
+            for arm in arms {
+                if let Some(list) = runs_of.get_mut(arm.skill as usize) {
+                    if list.last() != Some(&i) {
+                        list.push(i);
+                    }
+                }
+            }
+        }
+        Complementer {
+            runs,
+            runs_of,
+            edges,
+        }
+    }
+
+    /// `ranking` for the request `key` with each of its first 10 rows (the anchors) followed
+    /// by up to `n` complements, as the extension serves them: the runs of the anchors weighed
+    /// by their task's similarity to the request.
+    pub fn complemented(&self, key: &[f32], ranking: &[usize], n: usize) -> Vec<usize> {
+        let anchors: Vec<usize> = ranking.iter().take(10).copied().collect();
+        let mut chosen: Vec<usize> = anchors
+            .iter()
+            .flat_map(|&a| self.runs_of.get(a).into_iter().flatten().copied())
+            .collect();
+        chosen.sort_unstable();
+        chosen.dedup();
+        let sims: Vec<f32> = chosen.iter().map(|&i| dot(key, self.runs[i].0)).collect();
+        let runs: Vec<Run> = chosen
+            .iter()
+            .zip(weights(&sims))
+            .map(|(&i, weight)| Run {
+                weight,
+                arms: self.runs[i].1.clone(),
+            })
+            .collect();
+        let found: HashMap<i64, Vec<Complement>> = anchors
+            .iter()
+            .map(|&a| (a as i64, complements_of(a as i64, &runs, self.edges, n)))
+            .collect();
+        let ids: Vec<i64> = ranking.iter().map(|&d| d as i64).collect();
+        interleave(&ids, &found)
+            .into_iter()
+            .map(|slot| match slot {
+                Slot::Ranked(r) => ranking[r],
+                Slot::Complement { of, .. } => of.skill as usize,
+            })
+            .collect()
+    }
+
+    /// How many of `docs` get a complement for a request that is the document's own key (a
+    /// summary of how much the runs and edges say).
+    pub fn with_any(&self, doc_keys: &[Vec<f32>]) -> usize {
+        (0..doc_keys.len())
+            .filter(|&d| self.complemented(&doc_keys[d], &[d], 1).len() > 1)
+            .count()
+    }
+}
+
 /// Mean Recall@10, NDCG@10, all needed in the first 5, all needed in the first 10.
 fn scores(tasks: &[&MultiTask], rank: impl Fn(&MultiTask) -> Vec<usize>) -> [f64; 4] {
     let mut sum = [0.0f64; 4];
@@ -200,12 +292,14 @@ fn scores(tasks: &[&MultiTask], rank: impl Fn(&MultiTask) -> Vec<usize>) -> [f64
 
 /// The table: semantic, then KeyOpt read by each of the rounds `rounds(task)` gives (name,
 /// round, its event memory; the same names in the same order for every task), with and
-/// without covering parts.
+/// without covering parts; with `complements` (each document's complements for a task), the
+/// covered orders again with one complement after each of the first rows.
 pub fn table<'r>(
     tasks: &[&MultiTask],
     doc_keys: &[Vec<f32>],
     names: &[&str],
     rounds: impl Fn(&MultiTask) -> Vec<(&'r Round, &'r EventMemory)>,
+    complements: Option<&dyn Fn(&MultiTask) -> &'r Complementer<'r>>,
 ) -> String {
     let mut out = String::from(
         "| method | Recall@10 | NDCG@10 | all needed in top 5 | all needed in top 10 |\n|---|---|---|---|---|\n",
@@ -229,6 +323,18 @@ pub fn table<'r>(
         "semantic, parts covered",
         scores(tasks, |t| semantic_covered(&t.key, &t.parts, doc_keys)),
     );
+    if let Some(complementer) = complements {
+        line(
+            "semantic, parts covered, complements => 1",
+            scores(tasks, |t| {
+                complementer(t).complemented(
+                    &t.key,
+                    &semantic_covered(&t.key, &t.parts, doc_keys),
+                    1,
+                )
+            }),
+        );
+    }
     for (i, name) in names.iter().enumerate() {
         line(
             name,
@@ -244,6 +350,19 @@ pub fn table<'r>(
                 keyopt_covered(round, memory, &t.key, &t.parts, doc_keys)
             }),
         );
+        if let Some(complementer) = complements {
+            line(
+                &format!("{name}, parts covered, complements => 1"),
+                scores(tasks, |t| {
+                    let (round, memory) = rounds(t)[i];
+                    complementer(t).complemented(
+                        &t.key,
+                        &keyopt_covered(round, memory, &t.key, &t.parts, doc_keys),
+                        1,
+                    )
+                }),
+            );
+        }
     }
     out
 }
