@@ -38,9 +38,7 @@ use pg_skills_kernels::complements::{Link, LinkEdge};
 use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::graph::{rules, EdgeType};
-use pg_skills_kernels::keyopt::fit::{
-    best_of, fit, FitOptions, Fitted, SetOutcome, SupportEvent, BM25_SHARES,
-};
+use pg_skills_kernels::keyopt::fit::{best_of, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES};
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
 use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
 use pg_skills_kernels::keyopt::simulate::{spearman, World};
@@ -1109,19 +1107,7 @@ fn metatool_hidden_partners(
                     }
                 }
             }
-            let passed = task.needed.iter().all(|d| set.contains(d));
-            SupportEvent {
-                key: task.key.clone(),
-                pairing: task.id,
-                group: task.id,
-                arms: Vec::new(),
-                relevance: None,
-                set: Some(SetOutcome {
-                    skills: set.iter().map(|&d| d as i64).collect(),
-                    passed,
-                    relevance: None,
-                }),
-            }
+            multi::set_run(task, &set)
         })
         .collect();
     let passed = runs

@@ -118,6 +118,23 @@ const SET_SIZE: usize = 5;
 const RUNS: usize = 4;
 const SWAPPED: usize = 2;
 
+/// A run of `task` that used `set`, reported as a whole: passed when the set held every
+/// needed skill.
+pub fn set_run(task: &MultiTask, set: &[usize]) -> SupportEvent {
+    SupportEvent {
+        key: task.key.clone(),
+        pairing: task.id,
+        group: task.id,
+        arms: Vec::new(),
+        relevance: None,
+        set: Some(SetOutcome {
+            skills: set.iter().map(|&d| d as i64).collect(),
+            passed: task.needed.iter().all(|n| set.contains(n)),
+            relevance: None,
+        }),
+    }
+}
+
 /// Set runs of every task (outcome of the whole run only).
 pub fn set_runs(tasks: &[&MultiTask], doc_keys: &[Vec<f32>], seed: u64) -> Vec<SupportEvent> {
     let mut rng = SplitMix64(seed ^ 0x5e7);
@@ -141,19 +158,7 @@ pub fn set_runs(tasks: &[&MultiTask], doc_keys: &[Vec<f32>], seed: u64) -> Vec<S
                     }
                 }
             }
-            let passed = task.needed.iter().all(|n| set.contains(n));
-            out.push(SupportEvent {
-                key: task.key.clone(),
-                pairing: task.id,
-                group: task.id,
-                arms: Vec::new(),
-                relevance: None,
-                set: Some(SetOutcome {
-                    skills: set.iter().map(|&d| d as i64).collect(),
-                    passed,
-                    relevance: None,
-                }),
-            });
+            out.push(set_run(task, &set));
         }
     }
     out
