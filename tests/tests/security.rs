@@ -410,6 +410,8 @@ fn shadowed_functions_and_operators_never_run() {
             who.exec(&format!(
                 "SELECT * FROM skills.search('which commit broke the build', k => 3, \
                  token_budget => 5000, categories => '{{debugging,testing}}', method => '{method}'); \
+                 SELECT * FROM skills.search('which commit broke the build', k => 3, \
+                 method => '{method}', complements => 2); \
                  SELECT skills.render_context('share pytest setup', k => 2, method => '{method}')"
             ));
         }
@@ -775,7 +777,7 @@ fn roles_grant_what_they_say() {
         "42501",
     );
     dave.assert_refused("ALTER TABLE skills.skill ADD COLUMN x int", "42501");
-    dave.assert_refused("ALTER FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision) RESET ALL", "42501");
+    dave.assert_refused("ALTER FUNCTION skills.search(text, text[], integer, integer, double precision, text, double precision, double precision, integer) RESET ALL", "42501");
     let supers =
         dave.count("SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname <> 'postgres'");
     assert_eq!(supers, 0);
