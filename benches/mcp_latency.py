@@ -48,7 +48,8 @@ SELECT coalesce(jsonb_agg(jsonb_build_object(
 FROM skills.search(%s, categories => NULL, k => 5, token_budget => NULL, min_score => NULL,
                    method => %s)
      WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta,
-                          dk_term, event_term, held_back, coverage, risk, risk_rules, rank)
+                          dk_term, event_term, held_back, coverage, complement_of, complement,
+                          risk, risk_rules, rank)
 JOIN skills.skill AS s ON s.id = r.id"""
 
 

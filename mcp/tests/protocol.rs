@@ -189,6 +189,34 @@ fn every_tool_round_trips() {
         .sum();
     assert!(used <= 60 && used > 0, "{budgeted}");
 
+    // complements: a skill that produces what a served one needs follows it, marked as such.
+    let backtrace = id_of(&mut admin, "rust-backtrace");
+    let bisect = id_of(&mut admin, "git-bisect");
+    admin
+        .execute(
+            "INSERT INTO skills.edge (from_skill, to_skill, type, weight) VALUES ($1, $2, 'dependency', 1)",
+            &[&bisect, &backtrace],
+        )
+        .unwrap();
+    let ask = json!({"query": "my program panicked, where", "k": 2, "method": "bm25"});
+    let mut with = ask.clone();
+    with["complements"] = json!(1);
+    let plain = mcp.ok("search_skills", ask);
+    let found = mcp.ok("search_skills", with);
+    let hits = found["results"].as_array().unwrap();
+    assert_eq!(hits[0]["name"], "rust-backtrace", "{found}");
+    assert!(hits[0].get("complement_of").is_none(), "{found}");
+    assert_eq!(hits[1]["name"], "git-bisect", "{found}");
+    assert_eq!(hits[1]["complement_of"], backtrace);
+    assert_eq!(hits[1]["complement"], "dependency");
+    assert!(
+        !names(&plain).contains(&"git-bisect".to_string()),
+        "{plain}"
+    );
+    admin
+        .execute("DELETE FROM skills.edge WHERE from_skill = $1", &[&bisect])
+        .unwrap();
+
     // get_skill: the whole document, as stored and as SKILL.md; an earlier version by number.
     let id = id_of(&mut admin, "rust-backtrace");
     let doc = mcp.ok("get_skill", json!({"id": id}));
@@ -338,6 +366,7 @@ fn bad_arguments_come_back_as_clear_tool_errors() {
         ("search_skills", json!({"query": "x", "top_k": 3}), "unknown field `top_k`"),
         ("search_skills", json!({"query": "x", "categories": ["cooking"]}), "unknown category \"cooking\"; the pools are code_generation"),
         ("render_context", json!({"query": "x", "token_budget": -5}), "`token_budget` must be between 1 and 200000 (got -5)"),
+        ("search_skills", json!({"query": "x", "complements": 9}), "`complements` must be between 0 and 5 (got 9)"),
         ("search_skills", json!({"query": "q".repeat(8001)}), "`query` is 8001 characters; at most 8000"),
         ("search_skills", json!({"query": "x", "categories": ["c".repeat(100)]}), "`categories[0]` is 100 characters; at most 32"),
         ("get_skill", json!({"id": 999_999}), "not found: no skill with id 999999"),

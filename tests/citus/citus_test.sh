@@ -135,8 +135,8 @@ searches_sql() {
       i=$((i + 1)) v=0
       for extra in "${VARIANTS[@]}"; do
         v=$((v + 1))
-        echo "WITH r AS MATERIALIZED (SELECT r.id, r.score, r.ord FROM skills.search(\$q\$$qtext\$q\$, method => '$method' $extra)
-                WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta, dk_term, event_term, held_back, coverage, risk, risk_rules, ord))
+        echo "WITH r AS MATERIALIZED (SELECT r.id, r.score, r.ordinality AS ord FROM skills.search(\$q\$$qtext\$q\$, method => '$method' $extra)
+                WITH ORDINALITY AS r)
               SELECT '$method/q$i/v$v ' || s.content_hash || ' ' || r.score FROM r JOIN skills.skill AS s ON s.id = r.id ORDER BY r.ord;"
       done
     done
@@ -200,8 +200,8 @@ breadth_sql() { # probes
   for qtext in "${QUERIES[@]}"; do
     i=$((i + 1))
     for method in semantic keyopt; do
-      echo "WITH r AS MATERIALIZED (SELECT r.id, r.ord FROM skills.search(\$q\$$qtext\$q\$, method => '$method', k => 20)
-              WITH ORDINALITY AS r(id, name, category, score, tokens, bm25, semantic, graph, beta, dk_term, event_term, held_back, coverage, risk, risk_rules, ord))
+      echo "WITH r AS MATERIALIZED (SELECT r.id, r.ordinality AS ord FROM skills.search(\$q\$$qtext\$q\$, method => '$method', k => 20)
+              WITH ORDINALITY AS r)
             SELECT '$method/q$i ' || string_agg(s.content_hash, ',' ORDER BY r.ord) FROM r JOIN skills.skill AS s ON s.id = r.id;"
     done
   done
