@@ -35,8 +35,9 @@ struct Args {
     /// Cut each single query to its first N words (a short search request).
     #[arg(long)]
     single_words: Option<usize>,
-    /// Products of the single queries: f32, or int16 (16-bit integer products where the CPU
-    /// has AVX-512 VNNI or AVX2), as `pg_skills.query_precision` sets them in a search.
+    /// Products of the single queries: f32, int16 (16-bit integer products where the CPU has
+    /// AVX-512 VNNI or AVX2) or bf16 (bfloat16 on AMX tiles where the CPU has AMX-BF16, else
+    /// int16), as `pg_skills.query_precision` sets them in a search.
     #[arg(long, default_value = "f32")]
     precision: String,
 }
@@ -75,7 +76,8 @@ fn main() {
     let precision = match args.precision.as_str() {
         "f32" => Precision::F32,
         "int16" => Precision::Int16,
-        other => panic!("--precision {other}: f32 or int16"),
+        "bf16" => Precision::Bf16,
+        other => panic!("--precision {other}: f32, int16 or bf16"),
     };
     if let Some(out) = &args.write_texts {
         write_texts(&args.shared, out);
@@ -147,7 +149,8 @@ fn main() {
         serde_json::json!({"engine": "pg_skills (own BERT forward)", "documents_per_s": docs,
                            "queries_per_s": qs, "single_queries_per_s": single_qs,
                            "single_p50_ms": at(0.5), "precision": format!("{precision:?}"),
-                           "int16_products": precision == Precision::Int16 && Precision::int16_available(), "single_p95_ms": at(0.95),
+                           "int16_products": precision != Precision::F32 && Precision::int16_available() && !(precision == Precision::Bf16 && Precision::bf16_available()),
+                           "bf16_products": precision == Precision::Bf16 && Precision::bf16_available(), "single_p95_ms": at(0.95),
                            "single_mean_tokens": tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64})
     );
 }

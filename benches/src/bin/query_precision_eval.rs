@@ -1,8 +1,9 @@
-//! What encoding a search request in 16-bit integer products (`pg_skills.query_precision =
-//! int16`) changes against f32 (`f32`): each test request is encoded alone in both, as a search
-//! encodes it, and ranked against the skill keys (stored keys are always f32, encoded in
-//! batches). Reports how close the two query keys are, how often the rankings differ, and
-//! the retrieval quality of each, side by side.
+//! What encoding a search request in reduced precision (`pg_skills.query_precision = int16`:
+//! 16-bit integer products; `bf16`: bfloat16 on AMX tiles) changes against f32 (`f32`): each
+//! test request is encoded alone in each, as a search encodes it, and ranked against the skill
+//! keys (stored keys are always f32, encoded in batches). Reports how close each query key is to
+//! the f32 one, how often the rankings differ, and the retrieval quality of each, side by side.
+//! A precision this CPU does not run is left out (bf16 without AMX would be int16's products).
 //!
 //!   cargo run --release -p pg_skills_benches --bin query_precision_eval -- --shared ../shared
 
@@ -29,8 +30,18 @@ struct Args {
 fn main() {
     let args = Args::parse();
     let encoder = Encoder::load(&args.model).unwrap_or_else(|e| panic!("{e} (run ./x model)"));
-    if !Precision::int16_available() {
-        eprintln!("query_precision_eval: this CPU has neither AVX-512 VNNI nor AVX2, int16 would run in f32");
+    let mut reduced = Vec::new();
+    if Precision::int16_available() {
+        reduced.push(("int16", Precision::Int16));
+    } else {
+        eprintln!("query_precision_eval: neither AVX-512 VNNI nor AVX2 here: int16 left out");
+    }
+    if Precision::bf16_available() {
+        reduced.push(("bf16", Precision::Bf16));
+    } else {
+        eprintln!("query_precision_eval: no AMX-BF16 here: bf16 left out");
+    }
+    if reduced.is_empty() {
         std::process::exit(2);
     }
     let bench = args.shared.join("bench-data");
@@ -41,12 +52,24 @@ fn main() {
     let test: Vec<usize> = (0..metatool.queries.len())
         .filter(|&q| bucket(&metatool.queries[q].0) < 20)
         .collect();
-    compare("MetaTool (199 tools)", &encoder, &metatool, &test);
+    compare("MetaTool (199 tools)", &encoder, &metatool, &test, &reduced);
     let all: Vec<usize> = (0..skillsbench.queries.len()).collect();
-    compare("SkillsBench (123 skills)", &encoder, &skillsbench, &all);
+    compare(
+        "SkillsBench (123 skills)",
+        &encoder,
+        &skillsbench,
+        &all,
+        &reduced,
+    );
 }
 
-fn compare(name: &str, encoder: &Encoder, data: &Dataset, queries: &[usize]) {
+fn compare(
+    name: &str,
+    encoder: &Encoder,
+    data: &Dataset,
+    queries: &[usize],
+    reduced: &[(&str, Precision)],
+) {
     let texts: Vec<String> = data
         .docs
         .iter()
@@ -61,43 +84,55 @@ fn compare(name: &str, encoder: &Encoder, data: &Dataset, queries: &[usize]) {
         let text = data.queries[q].1.as_str();
         compressor::query_key(&encoder.embed_queries(&[text], precision).expect("encode")[0])
     };
-    let pairs: Vec<(Vec<f32>, Vec<f32>)> = queries
+    // Per request: its f32 key, then one key per reduced precision.
+    let keys_of: Vec<Vec<Vec<f32>>> = queries
         .iter()
-        .map(|&q| (key_in(q, Precision::F32), key_in(q, Precision::Int16)))
+        .map(|&q| {
+            std::iter::once(Precision::F32)
+                .chain(reduced.iter().map(|r| r.1))
+                .map(|p| key_in(q, p))
+                .collect()
+        })
         .collect();
     let seconds = started.elapsed().as_secs_f64();
-    let (mut lowest, mut total) = (1f64, 0f64);
-    let (mut same_first, mut same_entries, mut same_lists) = (0usize, 0usize, 0usize);
-    for (exact, reduced) in &pairs {
-        let cosine: f64 = exact
-            .iter()
-            .zip(reduced)
-            .map(|(a, b)| *a as f64 * *b as f64)
-            .sum();
-        lowest = lowest.min(cosine);
-        total += cosine;
-        let (a, b) = (key_ranking(exact, &keys), key_ranking(reduced, &keys));
-        same_first += usize::from(a.first() == b.first());
-        same_entries += a.iter().filter(|d| b.contains(d)).count();
-        same_lists += usize::from(a == b);
-    }
-    let n = pairs.len();
-    println!("### {name}: {n} requests, each encoded alone in both ({seconds:.0} s)\n");
+    let n = keys_of.len();
+    println!("### {name}: {n} requests, each encoded alone in every precision ({seconds:.0} s)\n");
     println!("| query key | lowest cosine to f32 | mean cosine | top-1 unchanged | top-10 entries unchanged | top-10 lists identical |");
     println!("|---|---|---|---|---|---|");
-    println!(
-        "| int16 | {lowest:.7} | {:.7} | {same_first} / {n} | {:.2} % | {same_lists} / {n} |\n",
-        total / n as f64,
-        100.0 * same_entries as f64 / (10 * n) as f64
-    );
+    for (i, (label, _)) in reduced.iter().enumerate() {
+        let (mut lowest, mut total) = (1f64, 0f64);
+        let (mut same_first, mut same_entries, mut same_lists) = (0usize, 0usize, 0usize);
+        for keys_here in &keys_of {
+            let (exact, other) = (&keys_here[0], &keys_here[i + 1]);
+            let cosine: f64 = exact
+                .iter()
+                .zip(other)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            lowest = lowest.min(cosine);
+            total += cosine;
+            let (a, b) = (key_ranking(exact, &keys), key_ranking(other, &keys));
+            same_first += usize::from(a.first() == b.first());
+            same_entries += a.iter().filter(|d| b.contains(d)).count();
+            same_lists += usize::from(a == b);
+        }
+        println!(
+            "| {label} | {lowest:.7} | {:.7} | {same_first} / {n} | {:.2} % | {same_lists} / {n} |",
+            total / n as f64,
+            100.0 * same_entries as f64 / (10 * n) as f64
+        );
+    }
+    println!();
     let index: std::collections::HashMap<usize, usize> =
         queries.iter().enumerate().map(|(i, &q)| (q, i)).collect();
     println!("| query key | NDCG@10 | Recall@10 | Hit@1 | MRR@10 |");
     println!("|---|---|---|---|---|");
-    for (label, second) in [("f32", false), ("int16", true)] {
+    for (column, label) in std::iter::once("f32")
+        .chain(reduced.iter().map(|r| r.0))
+        .enumerate()
+    {
         let metrics = evaluate(data, queries, |q| {
-            let (exact, reduced) = &pairs[index[&q]];
-            key_ranking(if second { reduced } else { exact }, &keys)
+            key_ranking(&keys_of[index[&q]][column], &keys)
         });
         println!("{}", row(label, &metrics));
     }

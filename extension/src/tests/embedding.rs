@@ -291,6 +291,7 @@ mod tests {
         };
         let exact = key("f32");
         let reduced = key("int16");
+        let tiles = key("bf16");
         let again = key("f32");
         let document: Vec<f32> = one(&format!("SELECT skills.embed('{request}')"));
         let largest_difference = |a: &[f32], b: &[f32]| {
@@ -303,13 +304,21 @@ mod tests {
         assert!(largest_difference(&exact[..384], &document) < 1e-6);
         // The cache keeps each precision's key apart: f32 again is the f32 key.
         assert_eq!(again, exact);
-        let cosine: f64 = exact
-            .iter()
-            .zip(&reduced)
-            .map(|(a, b)| *a as f64 * *b as f64)
-            .sum();
-        assert!(cosine > 0.99995, "cosine {cosine}");
-        if pg_skills_kernels::encoder::Precision::int16_available() {
+        let cosine = |other: &[f32]| -> f64 {
+            exact
+                .iter()
+                .zip(other)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum()
+        };
+        assert!(
+            cosine(&reduced) > 0.99995,
+            "int16: cosine {}",
+            cosine(&reduced)
+        );
+        assert!(cosine(&tiles) > 0.9999, "bf16: cosine {}", cosine(&tiles));
+        use pg_skills_kernels::encoder::Precision;
+        if Precision::int16_available() {
             assert!(
                 largest_difference(&exact, &reduced) > 1e-5,
                 "int16 encoded with f32 products"
@@ -319,6 +328,15 @@ mod tests {
                 reduced, exact,
                 "neither AVX-512 VNNI nor AVX2: int16 falls back to f32"
             );
+        }
+        if Precision::bf16_available() {
+            // Not the 16-bit integer products either.
+            assert!(
+                largest_difference(&tiles, &reduced) > 1e-5,
+                "bf16 encoded with int16 products"
+            );
+        } else {
+            assert_eq!(tiles, reduced, "no AMX-BF16: bf16 falls back to int16");
         }
     }
 

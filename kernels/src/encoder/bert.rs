@@ -18,6 +18,7 @@ use candle_nn::VarBuilder;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::bf16_tiles::{self, TiledWeight};
 use super::fastmath::{gelu_in_place, layer_norm_rows, softmax_rows};
 use super::int16_rows::{self, QuantizedWeight};
 use super::Precision;
@@ -84,6 +85,8 @@ struct Dense {
     /// The weights on the 16-bit grid, made on the first reduced-precision product (only
     /// processes that encode queries that way hold them: 21 MB for the model's layers).
     quantized: OnceLock<Option<QuantizedWeight>>,
+    /// The weights in bfloat16 tiles, made on the first AMX product (21 MB likewise).
+    tiled: OnceLock<Option<TiledWeight>>,
 }
 
 struct LayerNorm {
@@ -123,6 +126,7 @@ fn dense(vb: &VarBuilder, outputs: usize, inputs: usize) -> Result<Dense, String
         inputs,
         outputs,
         quantized: OnceLock::new(),
+        tiled: OnceLock::new(),
     })
 }
 
@@ -162,6 +166,7 @@ impl Bert {
                 inputs: h,
                 outputs: 3 * h,
                 quantized: OnceLock::new(),
+                tiled: OnceLock::new(),
             };
             layers.push(Layer {
                 qkv,
@@ -394,9 +399,21 @@ impl Dense {
             .as_ref()
     }
 
+    /// The weights in bfloat16 tiles, where the CPU and kernel run AMX products.
+    fn tiled(&self) -> Option<&TiledWeight> {
+        if !bf16_tiles::available() {
+            return None;
+        }
+        self.tiled
+            .get_or_init(|| TiledWeight::new(&self.weight, self.inputs, self.outputs))
+            .as_ref()
+    }
+
     /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads. A few
     /// rows (one query) go through [`super::few_rows`], which reads W as stored, or with
-    /// [`Precision::Int16`] through [`int16_rows`] where the CPU has its instructions.
+    /// [`Precision::Bf16`] through [`bf16_tiles`] and with [`Precision::Int16`] through
+    /// [`int16_rows`] where the CPU has their instructions (a CPU without AMX takes Bf16's
+    /// products in 16-bit integers).
     fn apply(
         &self,
         input: &[f32],
@@ -418,7 +435,14 @@ impl Dense {
                 }
             }
         }
-        if precision == Precision::Int16 {
+        if precision == Precision::Bf16 {
+            if let Some(tiled) = self.tiled() {
+                if bf16_tiles::product(input, rows, tiled, super::few_rows::MAX_ROWS, out) {
+                    return;
+                }
+            }
+        }
+        if precision != Precision::F32 {
             if let Some(quantized) = self.quantized() {
                 if int16_rows::product(input, rows, quantized, super::few_rows::MAX_ROWS, out) {
                     return;
