@@ -40,6 +40,11 @@ struct Args {
     /// int16), as `pg_skills.query_precision` sets them in a search.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// Each single query with the parts a search covers (`needs::parts`, where it has two or
+    /// more): `one-pass` encodes the request and its parts together, as a search does since
+    /// they are encoded with the request; `two-pass` the request, then its parts.
+    #[arg(long)]
+    parts: Option<String>,
 }
 
 fn write_texts(shared: &std::path::Path, out: &std::path::Path) {
@@ -128,15 +133,40 @@ fn main() {
             None => q.clone(),
         })
         .collect();
+    let parts: Vec<Vec<String>> = single
+        .iter()
+        .map(|q| match args.parts {
+            Some(_) => Some(pg_skills_kernels::needs::parts(q)).filter(|p| p.len() >= 2),
+            None => None,
+        })
+        .map(Option::unwrap_or_default)
+        .collect();
+    let one_pass = match args.parts.as_deref() {
+        None | Some("one-pass") => true,
+        Some("two-pass") => false,
+        Some(other) => panic!("--parts {other}: one-pass or two-pass"),
+    };
     let t = Instant::now();
     let mut latencies_ms: Vec<f64> = single
         .iter()
-        .map(|q| {
+        .zip(&parts)
+        .map(|(q, parts)| {
             let t = Instant::now();
-            encoder.embed_queries(&[q.as_str()], precision).unwrap();
+            let parts = parts.iter().map(String::as_str);
+            if one_pass {
+                let texts: Vec<&str> = std::iter::once(q.as_str()).chain(parts).collect();
+                encoder.embed_queries(&texts, precision).unwrap();
+            } else {
+                encoder.embed_queries(&[q.as_str()], precision).unwrap();
+                let parts: Vec<&str> = parts.collect();
+                if !parts.is_empty() {
+                    encoder.embed_queries(&parts, precision).unwrap();
+                }
+            }
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
+    let with_parts = parts.iter().filter(|p| !p.is_empty()).count();
     let single_qs = single.len() as f64 / t.elapsed().as_secs_f64();
     latencies_ms.sort_by(f64::total_cmp);
     let at = |p: f64| latencies_ms[((latencies_ms.len() - 1) as f64 * p).round() as usize];
@@ -149,6 +179,7 @@ fn main() {
         serde_json::json!({"engine": "pg_skills (own BERT forward)", "documents_per_s": docs,
                            "queries_per_s": qs, "single_queries_per_s": single_qs,
                            "single_p50_ms": at(0.5), "precision": format!("{precision:?}"),
+                           "parts": args.parts, "queries_with_parts": with_parts,
                            "int16_products": precision != Precision::F32 && Precision::int16_available() && !(precision == Precision::Bf16 && Precision::bf16_available()),
                            "bf16_products": precision == Precision::Bf16 && Precision::bf16_available(), "single_p95_ms": at(0.95),
                            "single_mean_tokens": tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64})

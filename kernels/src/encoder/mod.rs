@@ -323,9 +323,31 @@ impl Encoder {
         // then take similar time on rayon's threads.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (ids[i].len(), i));
+        // Passes of at most batch_size texts; in reduced precision also of at most
+        // few_rows::MAX_ROWS rows, the passes it applies to, so that a text's key does not
+        // depend on the texts encoded with it (a text alone has at most MAX_TOKENS rows).
+        let row_limit = match precision {
+            Precision::F32 => usize::MAX,
+            _ => few_rows::MAX_ROWS,
+        };
+        let mut passes: Vec<Vec<usize>> = Vec::new();
+        let mut rows = 0;
+        for &i in &order {
+            let len = ids[i].len();
+            match passes.last_mut() {
+                Some(pass) if pass.len() < batch_size.max(1) && rows + len <= row_limit => {
+                    pass.push(i);
+                    rows += len;
+                }
+                _ => {
+                    passes.push(vec![i]);
+                    rows = len;
+                }
+            }
+        }
         let mut out = vec![Vec::new(); texts.len()];
         let mut done = 0;
-        for chunk in order.chunks(batch_size.max(1)) {
+        for chunk in &passes {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
             let vectors = match threads {
                 Some(pool) => pool.install(|| self.forward(&batch, precision)),
@@ -565,8 +587,7 @@ mod tests {
                 continue;
             }
             // Each text alone (a request), then the three short ones in one pass (a request
-            // and its parts: 40 rows); together with the long one the pass has too many rows
-            // and is f32.
+            // and its parts: 40 rows).
             let alone: Vec<Vec<f32>> = texts
                 .iter()
                 .map(|t| encoder.embed_queries(&[t], precision).unwrap().remove(0))
@@ -603,6 +624,13 @@ mod tests {
                 // A text's rows give the same key in a pass with others as alone.
                 assert_eq!(r, &alone[i], "{precision:?} text {i}: depends on its pass");
             }
+            // All four have more rows than a reduced-precision pass takes: they are encoded in
+            // several passes, each text in the precision asked for, as alone.
+            let all = encoder.embed_queries(&texts, precision).unwrap();
+            assert_eq!(
+                all, alone,
+                "{precision:?}: a text's key depends on the texts with it"
+            );
         }
     }
 
