@@ -4,7 +4,7 @@
 # benches/common.sh makes them in SQL) into a fresh server with the embedder worker running:
 # skills/s of the load, then keys/s of the embedder draining the queue behind it.
 # Run on the build users install (`cd extension && cargo pgrx install --release`) with
-# SKILLS_LOAD=<release skills-load>.
+# SKILLS_LOAD=<release skills-load>. DOCUMENT_PRECISION=bf16 has the embedder encode in bfloat16.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -13,6 +13,8 @@ D=${PG_SKILLS_INGEST_DIR:-/var/tmp/pg_skills-ingest-bench}
 P=${PG_SKILLS_INGEST_PORT:-54425}
 N=${N:-100000}
 DRAIN_SECONDS=${DRAIN_SECONDS:-120}
+# How the embedder encodes documents (pg_skills.document_precision: f32 or bf16).
+DOCUMENT_PRECISION=${DOCUMENT_PRECISION:-f32}
 SHARED_CORPUS=${PG_SKILLS_SHARED_CORPUS:-$root/../shared/corpus}
 LOAD=${SKILLS_LOAD:-${CARGO_TARGET_DIR:-/var/cache/pg_skills/target}/release/skills-load}
 
@@ -21,7 +23,8 @@ cleanup() { [ -f "$D/data/PG_VERSION" ] && bench_pg_ctl "$D" -m immediate stop 2
 trap cleanup EXIT
 cleanup
 bench_server "$D" $P "shared_preload_libraries = 'pg_skills'
-pg_skills.embedder_database = 'postgres'" || exit 1
+pg_skills.embedder_database = 'postgres'
+pg_skills.document_precision = $DOCUMENT_PRECISION" || exit 1
 q "CREATE EXTENSION pg_skills" || exit 1
 
 python3 - "$SHARED_CORPUS" "$N" > "$D/skills.jsonl" <<'PY'

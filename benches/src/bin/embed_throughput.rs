@@ -40,6 +40,10 @@ struct Args {
     /// int16), as `pg_skills.query_precision` sets them in a search.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// Products of the batches (documents, query batches): f32, or bf16 (AMX tiles, where
+    /// the CPU has AMX-BF16), as `pg_skills.document_precision` sets them.
+    #[arg(long, default_value = "f32")]
+    batch_precision: String,
     /// Each single query with the parts a search covers (`needs::parts`, where it has two or
     /// more): `one-pass` encodes the request and its parts together, as a search does since
     /// they are encoded with the request; `two-pass` the request, then its parts.
@@ -84,6 +88,12 @@ fn main() {
         "bf16" => Precision::Bf16,
         other => panic!("--precision {other}: f32, int16 or bf16"),
     };
+    let batch_precision = match args.batch_precision.as_str() {
+        "f32" => Precision::F32,
+        "bf16" if Precision::bf16_available() => Precision::Bf16,
+        "bf16" => panic!("--batch-precision bf16: no AMX-BF16 here"),
+        other => panic!("--batch-precision {other}: f32 or bf16"),
+    };
     if let Some(out) = &args.write_texts {
         write_texts(&args.shared, out);
         return;
@@ -117,7 +127,9 @@ fn main() {
     let rate = |texts: &[String]| -> f64 {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let t = Instant::now();
-        encoder.embed(&refs).unwrap();
+        encoder
+            .embed_on(None, &refs, BATCH_SIZE, batch_precision, &mut |_| {})
+            .unwrap();
         texts.len() as f64 / t.elapsed().as_secs_f64()
     };
     let (docs, qs) = if args.single_only {
@@ -180,6 +192,7 @@ fn main() {
                            "queries_per_s": qs, "single_queries_per_s": single_qs,
                            "single_p50_ms": at(0.5), "precision": format!("{precision:?}"),
                            "parts": args.parts, "queries_with_parts": with_parts,
+                           "batch_precision": format!("{batch_precision:?}"),
                            "int16_products": precision != Precision::F32 && Precision::int16_available() && !(precision == Precision::Bf16 && Precision::bf16_available()),
                            "bf16_products": precision == Precision::Bf16 && Precision::bf16_available(), "single_p95_ms": at(0.95),
                            "single_mean_tokens": tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64})

@@ -128,10 +128,11 @@ fn is_embedder_worker() -> bool {
 }
 
 /// Embeds `texts` with interrupt checks between batches: in the embedder worker on its own
-/// threads, in other backends on the encoder slots this transaction holds. f32 products: a
-/// document's e(doc) is the same however it is batched.
+/// threads, in other backends on the encoder slots this transaction holds. Products in
+/// `pg_skills.document_precision`; either way a document's e(doc) is the same however it is
+/// batched.
 pub fn embed_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
-    embed_texts_in(encoder, texts, Precision::F32)
+    embed_texts_in(encoder, texts, guc::document_precision())
 }
 
 /// As [`embed_texts`], for query keys: products in `pg_skills.query_precision`.

@@ -280,6 +280,43 @@ mod tests {
     }
 
     #[pg_test]
+    fn documents_are_encoded_in_the_precision_the_server_sets() {
+        if !have_model() {
+            return;
+        }
+        let text = "Bisect a regression between two release tags";
+        let embed = || -> Vec<f32> { one(&format!("SELECT skills.embed('{text}')")) };
+        let exact = embed();
+        exec("SET pg_skills.document_precision = bf16");
+        let tiles = embed();
+        exec("SET pg_skills.query_precision = bf16");
+        let key: Vec<f32> = one(&format!("SELECT skills.query_key_values('{text}')"));
+        exec("RESET pg_skills.query_precision");
+        exec("RESET pg_skills.document_precision");
+        assert_eq!(embed(), exact, "f32 again after RESET");
+        let cosine: f64 = exact
+            .iter()
+            .zip(&tiles)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
+        assert!(cosine > 0.9999, "cosine {cosine}");
+        let largest_difference = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        if pg_skills_kernels::encoder::Precision::bf16_available() {
+            assert!(largest_difference(&exact, &tiles) > 1e-5, "bf16 was f32");
+            // A request in bf16 is encoded as a stored key in bf16 is: its key is the
+            // document's embedding, padded.
+            assert!(largest_difference(&key[..384], &tiles) < 1e-6);
+        } else {
+            assert_eq!(tiles, exact, "no AMX-BF16: documents stay f32");
+        }
+    }
+
+    #[pg_test]
     fn a_request_is_encoded_in_the_precision_the_session_sets() {
         if !have_model() {
             return;

@@ -192,7 +192,8 @@ impl Bert {
     /// longer than the position table (the tokenizer truncates well before).
     ///
     /// `precision` applies to the dense products of passes of up to
-    /// [`super::few_rows::MAX_ROWS`] rows (a query's); batches are multiplied in f32.
+    /// [`super::few_rows::MAX_ROWS`] rows (a query's), and [`Precision::Bf16`] on AMX tiles to
+    /// every pass; otherwise batches are multiplied in f32.
     pub fn mean_pooled(
         &self,
         batch: &[&[u32]],
@@ -411,9 +412,9 @@ impl Dense {
 
     /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads. A few
     /// rows (one query) go through [`super::few_rows`], which reads W as stored, or with
-    /// [`Precision::Bf16`] through [`bf16_tiles`] and with [`Precision::Int16`] through
-    /// [`int16_rows`] where the CPU has their instructions (a CPU without AMX takes Bf16's
-    /// products in 16-bit integers).
+    /// [`Precision::Bf16`] through [`bf16_tiles`] (any number of rows) and with
+    /// [`Precision::Int16`] through [`int16_rows`] where the CPU has their instructions (a CPU
+    /// without AMX takes Bf16's products of few rows in 16-bit integers).
     fn apply(
         &self,
         input: &[f32],
@@ -437,7 +438,8 @@ impl Dense {
         }
         if precision == Precision::Bf16 {
             if let Some(tiled) = self.tiled() {
-                if bf16_tiles::product(input, rows, tiled, super::few_rows::MAX_ROWS, out) {
+                // Any number of rows: a batch of documents in bfloat16 too.
+                if bf16_tiles::product(input, rows, tiled, usize::MAX, out) {
                     return;
                 }
             }

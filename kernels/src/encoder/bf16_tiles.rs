@@ -30,6 +30,9 @@ const TILE_INPUTS: usize = 32;
 const TILE_ROWS: usize = 16;
 /// Outputs per kernel call and per parallel task: two weight tiles side by side.
 const BLOCK_OUTPUTS: usize = 2 * TILE_OUTPUTS;
+/// Rows per parallel task (a whole number of pairs of row tiles): a task's inputs, 512 rows of
+/// up to 1,536 bfloat16 values (1.5 MB), stay in its core's cache for every output block.
+const ROW_CHUNK: usize = 512;
 /// Bytes of one packed weight tile.
 const TILE_BYTES: usize = TILE_INPUTS * TILE_OUTPUTS * 2;
 
@@ -110,23 +113,35 @@ pub fn product(
         let stride = weight.steps * TILE_INPUTS;
         let padded_rows = rows.div_ceil(TILE_ROWS) * TILE_ROWS;
         let mut x = vec![0u16; padded_rows * stride];
-        for (row, converted) in input.chunks_exact(inputs).zip(x.chunks_exact_mut(stride)) {
-            // SAFETY: available() checked AVX-512 F, BW and BF16; `converted` is at least as long
-            // as `row`.
-            if !unsafe { tiles::convert_row(row, &mut converted[..inputs]) } {
-                return false;
-            }
+        // In parallel for a batch's thousands of rows; a request's few stay on one thread.
+        let all_finite = x
+            .par_chunks_exact_mut(stride)
+            .zip(input.par_chunks_exact(inputs))
+            .with_min_len(256)
+            .all(|(converted, row)| {
+                // SAFETY: available() checked AVX-512 F, BW and BF16; `converted` is at least
+                // as long as `row`.
+                unsafe { tiles::convert_row(row, &mut converted[..inputs]) }
+            });
+        if !all_finite {
+            return false;
         }
         let shared = SharedRows(out.as_mut_ptr());
         let x = &x;
-        (0..outputs.div_ceil(BLOCK_OUTPUTS))
+        // Tasks of ROW_CHUNK rows × one block of outputs, the blocks of a chunk one after the
+        // other: a thread keeps the chunk's inputs in its cache while the weights stream.
+        let blocks = outputs.div_ceil(BLOCK_OUTPUTS);
+        (0..rows.div_ceil(ROW_CHUNK) * blocks)
             .into_par_iter()
-            .for_each(|block| {
+            .for_each(|task| {
+                let (chunk, block) = (task / blocks, task % blocks);
+                let first = chunk * ROW_CHUNK;
+                let chunk_rows = first..(first + ROW_CHUNK).min(rows);
                 // SAFETY: the tile state is granted and the CPU has AMX-BF16 (available());
                 // `x` holds padded_rows × stride values and the packing whole blocks of
-                // `steps` tiles; this task writes only the block's columns of `out` (rows ×
-                // outputs), which no other task writes, and `out` outlives the parallel loop.
-                unsafe { tiles::add_block(x, rows, weight, block, shared.at(0)) };
+                // `steps` tiles; this task writes only its rows of the block's columns of `out`
+                // (rows × outputs), which no other task writes, and `out` outlives the loop.
+                unsafe { tiles::add_block(x, chunk_rows, weight, block, shared.at(0)) };
             });
         true
     }
@@ -223,16 +238,24 @@ mod tiles {
         not_finite == 0
     }
 
-    /// out[r][o] += x[r]·w[o] for every row r < rows and the 32 outputs of `block`, in
-    /// kernel calls of 32 rows (16 for an odd last tile of rows).
+    /// out[r][o] += x[r]·w[o] for the rows r of `rows` (starting at a multiple of 32) and the
+    /// 32 outputs of `block`, in kernel calls of 32 rows (16 for an odd last tile of rows).
     ///
     /// # Safety
     /// The tile state is granted and the CPU has AMX-BF16; `x` holds whole tiles of rows
-    /// (at least `rows` rounded up to 16) of `w.steps · 32` values; `w` holds `block`; `out`
-    /// points to rows × w.outputs floats and no other thread touches the block's columns.
-    pub unsafe fn add_block(x: &[u16], rows: usize, w: &TiledWeight, block: usize, out: *mut f32) {
+    /// (at least `rows.end` rounded up to 16) of `w.steps · 32` values; `w` holds `block`; `out`
+    /// points to at least rows.end × w.outputs floats and no other thread touches these rows of
+    /// the block's columns.
+    pub unsafe fn add_block(
+        x: &[u16],
+        rows: std::ops::Range<usize>,
+        w: &TiledWeight,
+        block: usize,
+        out: *mut f32,
+    ) {
         let stride = w.steps * TILE_INPUTS;
-        let row_tiles = rows.div_ceil(TILE_ROWS);
+        assert!(rows.start.is_multiple_of(2 * TILE_ROWS));
+        let row_tiles = rows.end.div_ceil(TILE_ROWS);
         assert!(x.len() >= row_tiles * TILE_ROWS * stride);
         let weights = w.packed.as_ptr().add(block * 2 * w.steps * TILE_BYTES / 2);
         assert!(w.packed.len() >= (block + 1) * 2 * w.steps * TILE_BYTES / 2);
@@ -240,7 +263,7 @@ mod tiles {
         let width = (w.outputs - first).min(BLOCK_OUTPUTS);
         // Sums of 32 rows × the block's 32 outputs.
         let mut sums = [0f32; 2 * TILE_ROWS * BLOCK_OUTPUTS];
-        let mut tile = 0;
+        let mut tile = rows.start / TILE_ROWS;
         while tile < row_tiles {
             let pair = tile + 1 < row_tiles;
             let rows_here = if pair { 2 * TILE_ROWS } else { TILE_ROWS };
@@ -251,7 +274,7 @@ mod tiles {
                 one_row_tile(x_at, stride * 2, weights, w.steps, sums.as_mut_ptr());
             }
             let first_row = tile * TILE_ROWS;
-            for i in 0..rows_here.min(rows - first_row) {
+            for i in 0..rows_here.min(rows.end - first_row) {
                 let row = std::slice::from_raw_parts_mut(
                     out.add((first_row + i) * w.outputs + first),
                     width,
@@ -367,13 +390,8 @@ mod tiles {
 
 #[cfg(test)]
 mod tests {
-    use super::super::few_rows::tests::reference;
+    use super::super::few_rows::tests::{reference, values};
     use super::*;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = crate::rng::SplitMix64(seed);
-        (0..n).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect()
-    }
 
     fn here() -> bool {
         if !available() {
@@ -434,6 +452,32 @@ mod tests {
             // And the inputs were rounded: the test would pass an f32 product by mistake
             // otherwise.
             assert!(off_exact > 1e-4, "{rows}×{inputs}→{outputs} matched f32");
+        }
+    }
+
+    #[test]
+    fn many_rows_are_split_into_chunks_and_each_row_is_its_own() {
+        if !here() {
+            return;
+        }
+        // More rows than a task takes (ROW_CHUNK), ending in an odd tile.
+        let (rows, inputs, outputs) = (ROW_CHUNK * 2 + 40, 96, 70);
+        let input = values(rows * inputs, 13);
+        let weight = values(outputs * inputs, 17);
+        let tiled = TiledWeight::new(&weight, inputs, outputs).unwrap();
+        let mut all = vec![0f32; rows * outputs];
+        assert!(product(&input, rows, &tiled, usize::MAX, &mut all));
+        let mut want = vec![0f32; rows * outputs];
+        reference(&input, rows, &weight, inputs, &mut want);
+        for (g, w) in all.iter().zip(&want) {
+            assert!((g - w).abs() < 0.05, "{g} vs {w}");
+        }
+        // A row's sums do not depend on the rows multiplied with it: bit for bit.
+        for r in [0, 31, ROW_CHUNK - 1, ROW_CHUNK, ROW_CHUNK + 17, rows - 1] {
+            let mut alone = vec![0f32; outputs];
+            let row = &input[r * inputs..(r + 1) * inputs];
+            assert!(product(row, 1, &tiled, 1, &mut alone));
+            assert_eq!(alone, all[r * outputs..(r + 1) * outputs], "row {r}");
         }
     }
 

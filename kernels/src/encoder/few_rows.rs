@@ -170,6 +170,12 @@ mod avx2 {
 pub(super) mod tests {
     use super::*;
 
+    /// n values in [-1, 1) from `seed` (the product kernels' test operands).
+    pub(in crate::encoder) fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = crate::rng::SplitMix64(seed);
+        (0..n).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect()
+    }
+
     /// out[r][o] += input[r]·weight[o] in f64: the definition the fast products are checked
     /// against.
     pub(in crate::encoder) fn reference(

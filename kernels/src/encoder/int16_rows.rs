@@ -556,13 +556,8 @@ mod avx2 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::few_rows::tests::reference;
+    use super::super::few_rows::tests::{reference, values};
     use super::*;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = crate::rng::SplitMix64(seed);
-        (0..n).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect()
-    }
 
     /// The kernels this CPU runs (none: the tests say so and check nothing else).
     fn kernels_here() -> Vec<Kernel> {

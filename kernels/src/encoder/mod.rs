@@ -43,8 +43,9 @@ pub enum Precision {
     /// AVX-512 VNNI or AVX2 (elsewhere f32): 1.4–2 times faster; e(text) within cosine 0.99999
     /// of f32.
     Int16,
-    /// Weights and inputs rounded to bfloat16, products summed in f32 on AMX tiles, where the
-    /// CPU has AMX-BF16 and the kernel grants the tile state (elsewhere as [`Precision::Int16`]).
+    /// Weights and inputs rounded to bfloat16, products summed in f32 on AMX tiles, for passes
+    /// of any size, where the CPU has AMX-BF16 and the kernel grants the tile state (elsewhere
+    /// as [`Precision::Int16`]). e(text) within cosine 0.99997 of f32.
     Bf16,
 }
 
@@ -323,11 +324,13 @@ impl Encoder {
         // then take similar time on rayon's threads.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (ids[i].len(), i));
-        // Passes of at most batch_size texts; in reduced precision also of at most
-        // few_rows::MAX_ROWS rows, the passes it applies to, so that a text's key does not
-        // depend on the texts encoded with it (a text alone has at most MAX_TOKENS rows).
+        // Passes of at most batch_size texts; in 16-bit integers also of at most
+        // few_rows::MAX_ROWS rows, the passes they apply to, so that a text's key does not
+        // depend on the texts encoded with it (a text alone has at most MAX_TOKENS rows). AMX
+        // tiles take passes of any size.
         let row_limit = match precision {
             Precision::F32 => usize::MAX,
+            Precision::Bf16 if Precision::bf16_available() => usize::MAX,
             _ => few_rows::MAX_ROWS,
         };
         let mut passes: Vec<Vec<usize>> = Vec::new();
