@@ -16,7 +16,9 @@ use pg_skills_benches::eval::{
     bucket, cached_embeddings, evaluate, key_ranking, load, row, Dataset,
 };
 use pg_skills_kernels::compressor;
-use pg_skills_kernels::encoder::{document_text, Encoder, Precision, DEFAULT_MODEL_DIR};
+use pg_skills_kernels::encoder::{
+    document_text, Encoder, Precision, BATCH_SIZE, DEFAULT_MODEL_DIR,
+};
 
 #[derive(Parser)]
 struct Args {
@@ -135,6 +137,32 @@ fn compare(
             key_ranking(&keys_of[index[&q]][column], &keys)
         });
         println!("{}", row(label, &metrics));
+    }
+    // The skill keys in bfloat16 too (`pg_skills.document_precision = bf16`), ranked by the
+    // bf16 request keys: a library whose documents and requests are both encoded on AMX tiles.
+    if let Some(column) = reduced.iter().position(|r| r.1 == Precision::Bf16) {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let tile_keys: Vec<Vec<f32>> = encoder
+            .embed_on(None, &refs, BATCH_SIZE, Precision::Bf16, &mut |_| {})
+            .expect("encode")
+            .iter()
+            .map(|e| compressor::skill_key(None, e))
+            .collect();
+        let lowest = tile_keys
+            .iter()
+            .zip(&keys)
+            .map(|(a, b)| {
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| *x as f64 * *y as f64)
+                    .sum::<f64>()
+            })
+            .fold(1f64, f64::min);
+        let metrics = evaluate(data, queries, |q| {
+            key_ranking(&keys_of[index[&q]][column + 1], &tile_keys)
+        });
+        println!("{}", row("bf16, skill keys in bf16 too", &metrics));
+        println!("\nSkill keys in bf16: lowest cosine to the f32 skill key {lowest:.7}.");
     }
     println!();
 }
