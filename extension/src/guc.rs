@@ -367,7 +367,7 @@ pub fn init() {
     GucRegistry::define_enum_guc(
         c"pg_skills.query_precision",
         c"How a search encodes its request: bf16 (bfloat16 products on AMX tiles, where the CPU has AMX-BF16; elsewhere as int16), int16 (16-bit integer products, on CPUs with AVX-512 VNNI or AVX2) or f32.",
-        c"On this project's benchmark CPU a 30-token request takes about 3 ms in bf16, 4-5 in int16, 8-9 in f32; the bf16 and int16 keys are within cosine 0.9999 of the f32 one, with the same retrieval quality. Stored skill keys are always encoded in f32. Without AVX2 every setting encodes in f32.",
+        c"On this project's benchmark CPU a 30-token request takes about 3 ms in bf16, 4-5 in int16, 8-9 in f32; the bf16 and int16 keys are within cosine 0.9999 of the f32 one, with the same retrieval quality. Stored skill keys are encoded as pg_skills.document_precision says (f32 by default). Without AVX2 every setting encodes in f32.",
         &QUERY_PRECISION,
         GucContext::Userset,
         GucFlags::default(),
