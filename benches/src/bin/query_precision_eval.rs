@@ -19,6 +19,7 @@ use pg_skills_kernels::compressor;
 use pg_skills_kernels::encoder::{
     document_text, Encoder, Precision, BATCH_SIZE, DEFAULT_MODEL_DIR,
 };
+use pg_skills_kernels::vector::scalar::dot;
 
 #[derive(Parser)]
 struct Args {
@@ -106,11 +107,7 @@ fn compare(
         let (mut same_first, mut same_entries, mut same_lists) = (0usize, 0usize, 0usize);
         for keys_here in &keys_of {
             let (exact, other) = (&keys_here[0], &keys_here[i + 1]);
-            let cosine: f64 = exact
-                .iter()
-                .zip(other)
-                .map(|(a, b)| *a as f64 * *b as f64)
-                .sum();
+            let cosine = dot(exact, other);
             lowest = lowest.min(cosine);
             total += cosine;
             let (a, b) = (key_ranking(exact, &keys), key_ranking(other, &keys));
@@ -151,12 +148,7 @@ fn compare(
         let lowest = tile_keys
             .iter()
             .zip(&keys)
-            .map(|(a, b)| {
-                a.iter()
-                    .zip(b)
-                    .map(|(x, y)| *x as f64 * *y as f64)
-                    .sum::<f64>()
-            })
+            .map(|(a, b)| dot(a, b))
             .fold(1f64, f64::min);
         let metrics = evaluate(data, queries, |q| {
             key_ranking(&keys_of[index[&q]][column + 1], &tile_keys)

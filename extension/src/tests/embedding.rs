@@ -279,6 +279,14 @@ mod tests {
         ));
     }
 
+    /// The largest difference between two embeddings, value by value.
+    fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    }
+
     #[pg_test]
     fn documents_are_encoded_in_the_precision_the_server_sets() {
         if !have_model() {
@@ -294,18 +302,8 @@ mod tests {
         exec("RESET pg_skills.query_precision");
         exec("RESET pg_skills.document_precision");
         assert_eq!(embed(), exact, "f32 again after RESET");
-        let cosine: f64 = exact
-            .iter()
-            .zip(&tiles)
-            .map(|(a, b)| *a as f64 * *b as f64)
-            .sum();
+        let cosine = pg_skills_kernels::vector::scalar::dot(&exact, &tiles);
         assert!(cosine > 0.9999, "cosine {cosine}");
-        let largest_difference = |a: &[f32], b: &[f32]| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max)
-        };
         if pg_skills_kernels::encoder::Precision::bf16_available() {
             assert!(largest_difference(&exact, &tiles) > 1e-5, "bf16 was f32");
             // A request in bf16 is encoded as a stored key in bf16 is: its key is the
@@ -331,23 +329,11 @@ mod tests {
         let tiles = key("bf16");
         let again = key("f32");
         let document: Vec<f32> = one(&format!("SELECT skills.embed('{request}')"));
-        let largest_difference = |a: &[f32], b: &[f32]| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max)
-        };
         // f32: the key is e(text) padded, as a stored key of the same text would be.
         assert!(largest_difference(&exact[..384], &document) < 1e-6);
         // The cache keeps each precision's key apart: f32 again is the f32 key.
         assert_eq!(again, exact);
-        let cosine = |other: &[f32]| -> f64 {
-            exact
-                .iter()
-                .zip(other)
-                .map(|(a, b)| *a as f64 * *b as f64)
-                .sum()
-        };
+        let cosine = |other: &[f32]| pg_skills_kernels::vector::scalar::dot(&exact, other);
         assert!(
             cosine(&reduced) > 0.99995,
             "int16: cosine {}",

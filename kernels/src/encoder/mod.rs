@@ -598,7 +598,7 @@ mod tests {
             let short = [texts[0], texts[1], texts[3]];
             let together = encoder.embed_queries(&short, precision).unwrap();
             let compare = |i: usize, e: &[f32], r: &[f32]| {
-                let cosine: f64 = e.iter().zip(r).map(|(a, b)| *a as f64 * *b as f64).sum();
+                let cosine = crate::vector::scalar::dot(e, r);
                 let diff = e
                     .iter()
                     .zip(r)
