@@ -153,6 +153,12 @@ CREATE FUNCTION skills.apply_staging(OUT new_skills bigint, OUT updated bigint, 
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    -- Rows inserted per statement (their derived columns computed together first).
+    chunk_rows constant bigint := 256;
+    chunk_start bigint;
+    last_ord bigint;
+    chunk_written bigint;
 BEGIN
     IF to_regclass('pg_temp.skill_staging') IS NULL THEN
         RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
@@ -215,6 +221,11 @@ BEGIN
     DELETE FROM pg_temp.skill_staging_pairs AS p
     WHERE EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS q WHERE q.content_hash = p.content_hash AND q.id < p.id);
 
+    -- The row trigger derives token counts, risk findings and categories from the text; each
+    -- write below first has them computed on several threads (skills.prepare_skill_writes), and
+    -- the trigger reads them from there.
+    PERFORM skills.prepare_skill_writes(array_agg(fr.name), array_agg(fr.description), array_agg(fr.instructions))
+    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash);
     UPDATE skills.skill AS s
     SET name = f.name, description = f.description, instructions = f.instructions,
         category = f.category, provenance = skills.merge_provenance(s.provenance, f.provenance)
@@ -223,12 +234,25 @@ BEGIN
     WHERE s.id = f.id;
     GET DIAGNOSTICS updated = ROW_COUNT;
 
-    INSERT INTO skills.skill (name, description, instructions, category, provenance)
-    SELECT f.name, f.description, f.instructions, f.category, f.provenance
-    FROM pg_temp.skill_staging_fresh AS f
-    WHERE NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash)
-    ORDER BY f.ord;
-    GET DIAGNOSTICS new_skills = ROW_COUNT;
+    -- New skills in the staging order, a chunk of it at a time.
+    CREATE INDEX ON pg_temp.skill_staging_fresh (ord);
+    new_skills := 0;
+    SELECT min(f.ord), max(f.ord) INTO chunk_start, last_ord FROM pg_temp.skill_staging_fresh AS f;
+    WHILE chunk_start <= last_ord LOOP
+        PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
+        FROM pg_temp.skill_staging_fresh AS f
+        WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
+          AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
+        INSERT INTO skills.skill (name, description, instructions, category, provenance)
+        SELECT f.name, f.description, f.instructions, f.category, f.provenance
+        FROM pg_temp.skill_staging_fresh AS f
+        WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
+          AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash)
+        ORDER BY f.ord;
+        GET DIAGNOSTICS chunk_written = ROW_COUNT;
+        new_skills := new_skills + chunk_written;
+        chunk_start := chunk_start + chunk_rows;
+    END LOOP;
 
     -- Places that now hold other content leave the skill that had them (skills written above
     -- keep their places: the content they now hold is what was staged there).

@@ -24,7 +24,8 @@ trap cleanup EXIT
 cleanup
 bench_server "$D" $P "shared_preload_libraries = 'pg_skills'
 pg_skills.embedder_database = 'postgres'
-pg_skills.document_precision = $DOCUMENT_PRECISION" || exit 1
+pg_skills.document_precision = $DOCUMENT_PRECISION
+log_min_duration_statement = 1000" || exit 1
 q "CREATE EXTENSION pg_skills" || exit 1
 
 python3 - "$SHARED_CORPUS" "$N" > "$D/skills.jsonl" <<'PY'
@@ -58,6 +59,10 @@ t0=$(date +%s.%N)
 "$LOAD" --jsonl "$D/skills.jsonl" --no-code-filter --quiet --dsn "host=127.0.0.1 port=$P user=postgres dbname=postgres" \
   | tail -3 || { echo "bench: skills-load failed"; exit 1; }
 t1=$(date +%s.%N)
+# The load's two long statements, from the server log: the COPY into the staging table and
+# skills.apply_staging() (the row triggers and index inserts).
+grep -o "duration: [0-9.]* ms  [a-z0-9<> ]*: \(COPY skill_staging\|SELECT new_skills\)" "$D/server.log" \
+  | awk '{ printf "  %s: %.1f s\n", ($NF == "skill_staging" ? "COPY into staging" : "apply_staging"), $2 / 1000 }'
 loaded=$(q "SELECT count(*) FROM skills.skill")
 keys0=$(q "SELECT count(*) FROM skills.skill_key")
 echo "load: $loaded skills in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s: $(awk -v a="$t0" -v b="$t1" -v n="$loaded" 'BEGIN { printf "%.0f", n / (b - a) }') skills/s (keys made meanwhile: $keys0)"

@@ -427,16 +427,11 @@ const DESCRIPTION_WEIGHT: u32 = 2;
 const INSTRUCTIONS_WEIGHT: u32 = 1;
 const INSTRUCTIONS_CAP: u32 = 3;
 
-/// The lowercased alphanumeric words of `text`, lazily (a document may be megabytes).
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-}
+type CueSet = HashSet<&'static str, rustc_hash::FxBuildHasher>;
 
 /// Every cue of every category: the only words and phrases [`scores`] looks up.
-fn all_cues() -> &'static HashSet<&'static str> {
-    static CUES: OnceLock<HashSet<&'static str>> = OnceLock::new();
+fn all_cues() -> &'static CueSet {
+    static CUES: OnceLock<CueSet> = OnceLock::new();
     CUES.get_or_init(|| {
         Category::ALL
             .iter()
@@ -445,27 +440,53 @@ fn all_cues() -> &'static HashSet<&'static str> {
     })
 }
 
+/// The first words of the two-word cues: a phrase is looked up only after one of them.
+fn phrase_starts() -> &'static CueSet {
+    static STARTS: OnceLock<CueSet> = OnceLock::new();
+    STARTS.get_or_init(|| {
+        all_cues()
+            .iter()
+            .filter_map(|cue| cue.split_once(' ').map(|(first, _)| first))
+            .collect()
+    })
+}
+
 /// How often each cue (word or two-word phrase) occurs in `text`. Only cues are counted, so
 /// memory stays small however long the text is.
-fn cue_counts(text: &str) -> HashMap<String, u32> {
+fn cue_counts(text: &str) -> HashMap<&'static str, u32> {
     let cues = all_cues();
-    let mut counts: HashMap<String, u32> = HashMap::new();
-    let mut previous: Option<String> = None;
+    let starts = phrase_starts();
+    let mut counts: HashMap<&'static str, u32> = HashMap::new();
+    // One word's buffers, reused: most words are ASCII and lowercase in place.
+    let mut word = String::new();
+    let mut previous = String::new();
+    let mut previous_starts_phrase = false;
     let mut phrase = String::new();
-    for word in words(text) {
-        if cues.contains(word.as_str()) {
-            *counts.entry(word.clone()).or_insert(0) += 1;
+    for raw in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        word.clear();
+        if raw.is_ascii() {
+            word.push_str(raw);
+            word.make_ascii_lowercase();
+        } else {
+            word.push_str(&raw.to_lowercase());
         }
-        if let Some(prev) = &previous {
+        if let Some(cue) = cues.get(word.as_str()) {
+            *counts.entry(*cue).or_insert(0) += 1;
+        }
+        if previous_starts_phrase {
             phrase.clear();
-            phrase.push_str(prev);
+            phrase.push_str(&previous);
             phrase.push(' ');
             phrase.push_str(&word);
-            if cues.contains(phrase.as_str()) {
-                *counts.entry(phrase.clone()).or_insert(0) += 1;
+            if let Some(cue) = cues.get(phrase.as_str()) {
+                *counts.entry(*cue).or_insert(0) += 1;
             }
         }
-        previous = Some(word);
+        previous_starts_phrase = starts.contains(word.as_str());
+        std::mem::swap(&mut previous, &mut word);
     }
     counts
 }
@@ -527,7 +548,11 @@ mod tests {
     #[test]
     fn cue_counts_match_counting_everything() {
         let everything = |text: &str| -> HashMap<String, u32> {
-            let w: Vec<String> = words(text).collect();
+            let w: Vec<String> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(str::to_lowercase)
+                .collect();
             let mut counts = HashMap::new();
             for (i, word) in w.iter().enumerate() {
                 *counts.entry(word.clone()).or_insert(0) += 1;
@@ -541,6 +566,7 @@ mod tests {
             "Write pytest fixtures for unit tests; run the unit tests in CI.",
             "Deploy to Kubernetes with a Dockerfile, a health check and a GitHub Actions workflow",
             "Find the commit that broke the build with git bisect, then read the stack trace.",
+            "UNIT TESTS für die Überprüfung: Unit-Tests, ÉCRIRE des unit\ttests; Code Review, code  review",
             "",
         ];
         for text in texts {

@@ -33,6 +33,9 @@ fn content_hash(name: &str, description: &str, instructions: &str) -> String {
 #[pg_extern(immutable, parallel_safe, strict)]
 fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
     check_text_size(name.len() + description.len() + instructions.len());
+    if let Some(n) = crate::prepared_writes::token_count(name, description, instructions) {
+        return n;
+    }
     let n = skill::token_count_with(name, description, instructions, &mut || {
         pgrx::pg_sys::check_for_interrupts!();
     });
@@ -53,7 +56,8 @@ fn prompt_tokens(text: &str) -> i32 {
 #[pg_extern(immutable, parallel_safe, strict)]
 fn classify_label(name: &str, description: &str, instructions: &str) -> &'static str {
     check_text_size(name.len() + description.len() + instructions.len());
-    category::classify(name, description, instructions).as_str()
+    crate::prepared_writes::category(name, description, instructions)
+        .unwrap_or_else(|| category::classify(name, description, instructions).as_str())
 }
 
 /// `pg_skills.max_document_size` in bytes.

@@ -28,6 +28,7 @@ mod fmgr;
 mod guc;
 mod key;
 mod keyopt;
+mod prepared_writes;
 mod schema;
 mod search;
 mod spi;

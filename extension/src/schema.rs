@@ -48,6 +48,7 @@ pgrx::extension_sql_file!(
         documents::token_count,
         documents::classify_label,
         documents::max_document_bytes,
+        prepared_writes::prepare_skill_writes,
         trust::risk_scan,
         trust::risk_rules_version,
         trust::license_family,

@@ -16,14 +16,13 @@ use crate::guc::{MaxRisk, ALLOWED_LICENSES, MAX_RISK};
 #[pg_extern(immutable, parallel_safe, strict)]
 fn risk_scan(name: &str, description: &str, instructions: &str) -> pgrx::JsonB {
     crate::documents::check_text_size(name.len() + description.len() + instructions.len());
+    if let Some(findings) = crate::prepared_writes::risk(name, description, instructions) {
+        return pgrx::JsonB(findings);
+    }
     let report = risk::scan_with(name, description, instructions, &mut || {
         pgrx::pg_sys::check_for_interrupts!();
     });
-    pgrx::JsonB(serde_json::json!({
-        "level": report.level.as_str(),
-        "findings": report.findings_json(),
-        "rules_version": RULES_VERSION,
-    }))
+    pgrx::JsonB(crate::prepared_writes::risk_json(&report))
 }
 
 /// The version of the rules this build applies; stored findings of another version are stale.

@@ -207,12 +207,17 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Skills per risk level at medium or above (the same rules as the server's trigger).
+/// Skills per risk level at medium or above (the same rules as the server's trigger), scanned
+/// on every core.
 fn risk_counts(skills: &[pg_skills_corpus::dedup::Prepared]) -> Vec<(&'static str, usize)> {
     use pg_skills_corpus::risk::{scan, Level};
+    use rayon::prelude::*;
+    let levels: Vec<Level> = skills
+        .par_iter()
+        .map(|p| scan(&p.skill.name, &p.skill.description, &p.skill.instructions).level)
+        .collect();
     let mut counts = [0usize; 5];
-    for p in skills {
-        let level = scan(&p.skill.name, &p.skill.description, &p.skill.instructions).level;
+    for level in levels {
         counts[level as usize] += 1;
     }
     [Level::Medium, Level::High, Level::Critical]

@@ -254,8 +254,41 @@ const PATTERNS: &[Pattern] = &[
     p("security-tooling-disabled", Medium, Command, r"(?i)\bsetenforce\s+(?:0|permissive)\b|\bSELINUX\s*=\s*(?:disabled|permissive)\b|\bufw\s+disable\b|\b(?:systemctl|service)\s+(?:stop|disable|mask)\s+(?:--now\s+)?(?:firewalld|auditd|apparmor|ufw|clamav\S*|falcon-sensor|osqueryd|wazuh-agent|crowdstrike\S*)\b|\b(?:firewalld|auditd|apparmor)\s+stop\b|\bSet-MpPreference\b[^\n]*-Disable\w+\s+(?:\$true|1)\b|\bnetsh\s+advfirewall\s+set\s+\w+\s+state\s+off\b|\bspctl\s+--master-disable\b|\bcsrutil\s+disable\b|\baa-teardown\b|\bauditctl\s+-e\s*0\b|\biptables\s+-F\b|\bAdd-MpPreference\b[^\n]*-ExclusionPath"),
 ];
 
-struct Compiled {
+/// One set of patterns over one kind of text, with each member's index in [`PATTERNS`].
+struct PatternSet {
     set: RegexSet,
+    members: Vec<usize>,
+}
+
+impl PatternSet {
+    fn new(sources: &[String], members: Vec<usize>) -> Self {
+        let set = regex::RegexSetBuilder::new(members.iter().map(|&i| &sources[i]))
+            // A larger lazy-DFA cache than the default 2 MiB: with tens of patterns in one set
+            // the automaton keeps meeting new states, and a small cache is cleared and rebuilt
+            // over and over on long documents. 64 MiB is a bound, not an allocation: over 5,000
+            // skills it held a few megabytes and took a third off the scan against 16 MiB.
+            .dfa_size_limit(64 << 20)
+            .build()
+            .expect("valid rule patterns");
+        PatternSet { set, members }
+    }
+
+    /// Indexes in [`PATTERNS`] of the patterns that match somewhere in `text`. Most text matches
+    /// none: a plain match test answers that far more cheaply than the search for every
+    /// pattern's matches, which the set only runs when there is one.
+    fn matching(&self, text: &str) -> Vec<usize> {
+        if !self.set.is_match(text) {
+            return Vec::new();
+        }
+        self.set.matches(text).iter().map(|j| self.members[j]).collect()
+    }
+}
+
+struct Compiled {
+    /// Command and always-on patterns, run on logical lines.
+    lines: PatternSet,
+    /// Phrase patterns, run on paragraphs.
+    phrases: PatternSet,
     regexes: Vec<Regex>,
 }
 
@@ -263,13 +296,11 @@ fn compiled() -> &'static Compiled {
     static C: OnceLock<Compiled> = OnceLock::new();
     C.get_or_init(|| {
         let sources: Vec<String> = PATTERNS.iter().map(|p| context::ascii_boundaries(p.regex)).collect();
+        let (phrases, lines): (Vec<usize>, Vec<usize>) =
+            (0..PATTERNS.len()).partition(|&i| matches!(PATTERNS[i].context, Phrase));
         Compiled {
-            // A larger lazy-DFA cache than the default 2 MiB: with ~60 patterns in one set the
-            // default one is rebuilt over and over on long documents.
-            set: regex::RegexSetBuilder::new(&sources)
-                .dfa_size_limit(16 << 20)
-                .build()
-                .expect("valid rule patterns"),
+            lines: PatternSet::new(&sources, lines),
+            phrases: PatternSet::new(&sources, phrases),
             regexes: sources.iter().map(|s| context::regex(s)).collect(),
         }
     })
@@ -297,11 +328,9 @@ fn scan_line(field: Field, view: &[Line], paragraphs: &[Line], index: usize, phr
     let line = &view[index];
     let c = compiled();
     let mut found: Vec<Finding> = Vec::new();
-    for i in c.set.matches(&line.text).iter() {
+    let set = if phrases { &c.phrases } else { &c.lines };
+    for i in set.matching(&line.text) {
         let pattern = &PATTERNS[i];
-        if matches!(pattern.context, Phrase) != phrases {
-            continue;
-        }
         for caps in c.regexes[i].captures_iter(&line.text) {
             if pattern.accept.is_some_and(|accept| !accept(&caps)) {
                 continue;

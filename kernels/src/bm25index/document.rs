@@ -1,7 +1,7 @@
 //! A skill as the index sees it: per-field term counts and lengths, and the one scoring formula
 //! both the index and the sequential-scan operator use (so they agree to the last bit).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use crate::bm25::term_score;
 use crate::text::Analyzer;
@@ -22,7 +22,7 @@ pub struct AnalyzedDoc {
 /// Analyzes the three fields; a field with weight 0 is skipped entirely (as the reference does).
 pub fn analyze(analyzer: &mut Analyzer, fields: [&str; 3], weights: [f64; 3]) -> AnalyzedDoc {
     let mut lengths = [0u32; 3];
-    let mut terms: BTreeMap<String, FieldCounts> = BTreeMap::new();
+    let mut terms: HashMap<String, FieldCounts, rustc_hash::FxBuildHasher> = HashMap::default();
     for (f, text) in fields.iter().enumerate() {
         if weights[f] == 0.0 {
             continue;
@@ -39,10 +39,13 @@ pub fn analyze(analyzer: &mut Analyzer, fields: [&str; 3], weights: [f64; 3]) ->
             }
         });
     }
+    // Terms in byte order, as segments and the append area store them.
+    let mut terms: Vec<(String, FieldCounts)> = terms.into_iter().collect();
+    terms.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     AnalyzedDoc {
         fingerprint: fingerprint(fields),
         lengths,
-        terms: terms.into_iter().collect(),
+        terms,
     }
 }
 
