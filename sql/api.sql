@@ -221,8 +221,8 @@ BEGIN
     DELETE FROM pg_temp.skill_staging_pairs AS p
     WHERE EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS q WHERE q.content_hash = p.content_hash AND q.id < p.id);
 
-    -- The row trigger derives token counts, risk findings and categories from the text; each
-    -- write below first has them computed on several threads (skills.prepare_skill_writes), and
+    -- The row trigger derives token counts, risk findings and categories from the text; the
+    -- writes below have them computed ahead on other threads (skills.prepare_skill_writes), and
     -- the trigger reads them from there.
     PERFORM skills.prepare_skill_writes(array_agg(fr.name), array_agg(fr.description), array_agg(fr.instructions))
     FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash);
@@ -234,14 +234,19 @@ BEGIN
     WHERE s.id = f.id;
     GET DIAGNOSTICS updated = ROW_COUNT;
 
-    -- New skills in the staging order, a chunk of it at a time.
+    -- New skills in the staging order, a chunk of it at a time: each chunk's derived columns
+    -- are computed while the chunk before it is inserted.
     CREATE INDEX ON pg_temp.skill_staging_fresh (ord);
     new_skills := 0;
     SELECT min(f.ord), max(f.ord) INTO chunk_start, last_ord FROM pg_temp.skill_staging_fresh AS f;
+    PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
+    FROM pg_temp.skill_staging_fresh AS f
+    WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
+      AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
     WHILE chunk_start <= last_ord LOOP
         PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
         FROM pg_temp.skill_staging_fresh AS f
-        WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
+        WHERE f.ord >= chunk_start + chunk_rows AND f.ord < chunk_start + 2 * chunk_rows
           AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
         INSERT INTO skills.skill (name, description, instructions, category, provenance)
         SELECT f.name, f.description, f.instructions, f.category, f.provenance

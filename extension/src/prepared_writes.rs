@@ -1,20 +1,24 @@
-//! The derived columns of skills a load is about to insert, computed ahead on several threads.
+//! The derived columns of skills a load is about to insert, computed ahead on other threads.
 //!
 //! The row trigger on `skills.skill` derives each new version's prompt token count, risk findings
 //! and category from its text (`skills.token_count`, `skills.risk_scan`, `skills.classify`):
 //! most of a bulk load's time, one row after another on the loading backend's one core.
 //! `skills.apply_staging` hands each chunk of rows it is about to insert to
-//! `skills.prepare_skill_writes`, which computes those values for the whole chunk on the
-//! encoder's threads (within `pg_skills.encoder_threads` and the server's encoder slots) and keeps
-//! them in this backend's memory until the transaction ends. The three functions answer from
-//! there when asked about exactly the same text, and compute as before otherwise.
+//! `skills.prepare_skill_writes` one chunk ahead: the chunk is computed on the encoder's threads
+//! while the backend inserts the chunk before it. The three functions then answer from there
+//! when asked about exactly the same text (waiting for the chunk's computation when it is still
+//! running), and compute as before otherwise. What was computed is forgotten when the
+//! transaction ends.
 //!
 //! A remembered value is the function's own result on the same three strings (compared in full,
 //! not by hash), so no input can make a row get another text's values; the functions stay
 //! immutable.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use pgrx::prelude::*;
 use pgrx::{register_xact_callback, PgXactCallbackEvent};
@@ -26,11 +30,12 @@ use crate::embedding;
 /// Documents larger than this are left to the trigger (a worker thread cannot be cancelled,
 /// and the trigger's own computation checks for cancellation as it goes).
 const MAX_PREPARED_DOCUMENT_BYTES: usize = 1 << 20;
-/// Text computed per parallel step; the backend checks for cancellation between steps (about
-/// 0.1 s of work per thread).
-const STEP_BYTES: usize = 4 << 20;
-/// Text remembered at once: a call with more leaves the rest to the trigger.
+/// Text one call computes: a call with more leaves the rest to the trigger.
 const MAX_PREPARED_BYTES: usize = 64 << 20;
+/// Calls whose results are kept: the chunk being inserted and the one computed meanwhile.
+const KEPT_BATCHES: usize = 2;
+/// How often a backend waiting for a batch checks for cancellation.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
 
 /// One document's fields and what the three functions return for them.
 struct Prepared {
@@ -40,11 +45,50 @@ struct Prepared {
     category: &'static str,
 }
 
+type PreparedMap = HashMap<u64, Prepared>;
+
+/// Where a batch's computation leaves its result: None inside while it runs; then the
+/// documents by fingerprint, or None when the computation panicked (the trigger computes them).
+#[derive(Default)]
+struct Slot {
+    result: Mutex<Option<Option<PreparedMap>>>,
+    done: Condvar,
+}
+
+/// One call's documents.
+struct Batch {
+    /// Their fingerprints, known at once: a lookup knows which batch to wait for.
+    keys: HashSet<u64>,
+    slot: Arc<Slot>,
+    /// The result, once taken from the slot.
+    taken: Option<Option<PreparedMap>>,
+}
+
+impl Batch {
+    /// The batch's documents, waiting for the computation with cancellation checks.
+    fn documents(&mut self) -> Option<&PreparedMap> {
+        while self.taken.is_none() {
+            {
+                let result = self.slot.result.lock().unwrap_or_else(|e| e.into_inner());
+                let (mut result, _) = self
+                    .slot
+                    .done
+                    .wait_timeout_while(result, WAIT_SLICE, |r| r.is_none())
+                    .unwrap_or_else(|e| e.into_inner());
+                self.taken = result.take();
+            }
+            if self.taken.is_none() {
+                pg_sys::check_for_interrupts!();
+            }
+        }
+        self.taken.as_ref().and_then(Option::as_ref)
+    }
+}
+
 thread_local! {
-    /// By [`fingerprint`]; a fingerprint two documents share keeps the later one (the other
-    /// is computed by the trigger: lookups compare the fields).
-    static PREPARED: RefCell<HashMap<u64, Prepared>> = RefCell::new(HashMap::new());
-    /// Whether this transaction has registered the callbacks that forget [`PREPARED`].
+    /// The last [`KEPT_BATCHES`] calls' batches, oldest first.
+    static BATCHES: RefCell<VecDeque<Batch>> = const { RefCell::new(VecDeque::new()) };
+    /// Whether this transaction has registered the callbacks that forget [`BATCHES`].
     static FORGET_REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -76,12 +120,16 @@ fn compute(fields: [String; 3]) -> Prepared {
 
 /// `get` of the remembered values for exactly these fields, if any.
 fn lookup<T>(fields: [&str; 3], get: impl FnOnce(&Prepared) -> T) -> Option<T> {
-    PREPARED.with(|memo| {
-        let memo = memo.borrow();
-        if memo.is_empty() {
+    BATCHES.with(|batches| {
+        let mut batches = batches.borrow_mut();
+        if batches.is_empty() {
             return None;
         }
-        memo.get(&fingerprint(fields))
+        let key = fingerprint(fields);
+        let batch = batches.iter_mut().rev().find(|b| b.keys.contains(&key))?;
+        batch
+            .documents()?
+            .get(&key)
             .filter(|p| p.fields.iter().zip(fields).all(|(a, b)| a == b))
             .map(get)
     })
@@ -99,27 +147,25 @@ pub(crate) fn category(name: &str, description: &str, instructions: &str) -> Opt
     lookup([name, description, instructions], |p| p.category)
 }
 
-fn clear() {
-    // Also runs at transaction end, where a panic would take the server down: never borrow twice.
-    let _ = PREPARED.try_with(|memo| {
-        if let Ok(mut memo) = memo.try_borrow_mut() {
-            *memo = HashMap::new();
+/// At the end of the transaction that prepared documents. Also runs where a panic would take
+/// the server down: never borrows twice. A computation still running finishes into a slot
+/// nobody reads.
+fn forget() {
+    let _ = BATCHES.try_with(|batches| {
+        if let Ok(mut batches) = batches.try_borrow_mut() {
+            batches.clear();
         }
     });
-}
-
-/// At the end of the transaction that remembered values.
-fn forget() {
-    clear();
     let _ = FORGET_REGISTERED.try_with(|r| r.set(false));
 }
 
-/// Computes the token count, risk findings and category of each document (the i-th name,
-/// description and instructions) on the encoder's threads and remembers them for this
-/// transaction's row triggers, in place of what an earlier call remembered. Returns how many
-/// documents it prepared: documents over 1 MB, NULLs and text past 64 MB in all are left to the
-/// trigger. Called by `skills.apply_staging` before each chunk it inserts.
-#[pg_extern(volatile, parallel_unsafe)]
+/// Starts computing the token count, risk findings and category of each document (the i-th
+/// name, description and instructions) on the encoder's threads, for this transaction's row
+/// triggers; the results of the two latest calls are kept. Returns how many documents it
+/// takes: documents over 1 MB, NULLs and text past 64 MB in all are left to the trigger.
+/// `skills.apply_staging` calls it one chunk ahead of its inserts. Takes the loader's lock
+/// (one load at a time), so the server computes for one transaction at a time.
+#[pg_extern(volatile, parallel_unsafe, strict)]
 fn prepare_skill_writes(
     names: Vec<Option<String>>,
     descriptions: Vec<Option<String>>,
@@ -132,7 +178,10 @@ fn prepare_skill_writes(
             Some("Pass the i-th skill's three fields at position i of each array."),
         );
     }
-    clear();
+    crate::spi::run(
+        "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_skills.apply_staging'))",
+        &[],
+    );
     let mut total = 0usize;
     let mut documents: Vec<[String; 3]> = Vec::new();
     for ((n, d), i) in names.into_iter().zip(descriptions).zip(instructions) {
@@ -146,44 +195,52 @@ fn prepare_skill_writes(
         total += bytes;
         documents.push([n, d, i]);
     }
+    let count = documents.len() as i64;
     if documents.is_empty() {
         return 0;
     }
-
-    let mut prepared: Vec<Prepared> = Vec::with_capacity(documents.len());
-    let mut rest = documents.into_iter().peekable();
-    embedding::with_encoder_threads(|pool| {
-        while rest.peek().is_some() {
-            // One step: documents up to STEP_BYTES of text (at least one).
-            let mut step = Vec::new();
-            let mut bytes = 0;
-            while let Some(next) = rest.peek() {
-                let size: usize = next.iter().map(String::len).sum();
-                if !step.is_empty() && bytes + size > STEP_BYTES {
-                    break;
-                }
-                bytes += size;
-                step.extend(rest.next());
-            }
-            let compute_step = move || {
-                use rayon::prelude::*;
-                step.into_par_iter().map(compute).collect::<Vec<_>>()
-            };
-            prepared.extend(match pool {
-                Some(pool) => pool.install(compute_step),
-                None => compute_step(),
-            });
-            pg_sys::check_for_interrupts!();
+    let keys = documents
+        .iter()
+        .map(|[n, d, i]| fingerprint([n, d, i]))
+        .collect();
+    let slot = Arc::new(Slot::default());
+    let job = {
+        let slot = slot.clone();
+        move || {
+            use rayon::prelude::*;
+            // A panic here must not reach rayon, which would abort the server process.
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                documents
+                    .into_par_iter()
+                    .map(compute)
+                    .map(|p| {
+                        let [n, d, i] = &p.fields;
+                        (fingerprint([n, d, i]), p)
+                    })
+                    .collect::<PreparedMap>()
+            }))
+            .ok();
+            *slot.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            slot.done.notify_all();
         }
-    });
-
-    let count = prepared.len() as i64;
-    PREPARED.with(|memo| {
-        let mut memo = memo.borrow_mut();
-        for p in prepared {
-            let [n, d, i] = &p.fields;
-            memo.insert(fingerprint([n, d, i]), p);
+    };
+    match embedding::encoder_pool(
+        embedding::configured_encoder_threads(),
+        embedding::configured_encoder_threads(),
+    ) {
+        Some(pool) => pool.spawn(job),
+        None => rayon::spawn(job),
+    }
+    BATCHES.with(|batches| {
+        let mut batches = batches.borrow_mut();
+        while batches.len() >= KEPT_BATCHES {
+            batches.pop_front();
         }
+        batches.push_back(Batch {
+            keys,
+            slot,
+            taken: None,
+        });
     });
     if !FORGET_REGISTERED.with(Cell::get) {
         FORGET_REGISTERED.with(|r| r.set(true));
