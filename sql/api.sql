@@ -159,6 +159,7 @@ DECLARE
     chunk_start bigint;
     last_ord bigint;
     chunk_written bigint;
+    ahead boolean;
 BEGIN
     IF to_regclass('pg_temp.skill_staging') IS NULL THEN
         RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
@@ -223,9 +224,11 @@ BEGIN
 
     -- The row trigger derives token counts, risk findings and categories from the text; the
     -- writes below have them computed ahead on other threads (skills.prepare_skill_writes), and
-    -- the trigger reads them from there.
+    -- the trigger reads them from there. Not on Citus, where the triggers run on the workers.
+    ahead := NOT skills.is_distributed('skills.skill');
     PERFORM skills.prepare_skill_writes(array_agg(fr.name), array_agg(fr.description), array_agg(fr.instructions))
-    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash);
+    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash)
+    WHERE ahead;
     UPDATE skills.skill AS s
     SET name = f.name, description = f.description, instructions = f.instructions,
         category = f.category, provenance = skills.merge_provenance(s.provenance, f.provenance)
@@ -241,12 +244,12 @@ BEGIN
     SELECT min(f.ord), max(f.ord) INTO chunk_start, last_ord FROM pg_temp.skill_staging_fresh AS f;
     PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
     FROM pg_temp.skill_staging_fresh AS f
-    WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
+    WHERE ahead AND f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
       AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
     WHILE chunk_start <= last_ord LOOP
         PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
         FROM pg_temp.skill_staging_fresh AS f
-        WHERE f.ord >= chunk_start + chunk_rows AND f.ord < chunk_start + 2 * chunk_rows
+        WHERE ahead AND f.ord >= chunk_start + chunk_rows AND f.ord < chunk_start + 2 * chunk_rows
           AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
         INSERT INTO skills.skill (name, description, instructions, category, provenance)
         SELECT f.name, f.description, f.instructions, f.category, f.provenance
