@@ -160,6 +160,7 @@ DECLARE
     last_ord bigint;
     chunk_written bigint;
     ahead boolean;
+    append_pages_before text;
 BEGIN
     IF to_regclass('pg_temp.skill_staging') IS NULL THEN
         RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
@@ -226,6 +227,12 @@ BEGIN
     -- writes below have them computed ahead on other threads (skills.prepare_skill_writes), and
     -- the trigger reads them from there. Not on Citus, where the triggers run on the workers.
     ahead := NOT skills.is_distributed('skills.skill');
+    -- And the bm25 index's append area grows eight times larger before it is merged into a
+    -- segment (fewer merges, each document rewritten fewer times), merged when the load ends.
+    IF ahead THEN
+        append_pages_before := current_setting('pg_skills.bm25_load_append_pages');
+        PERFORM set_config('pg_skills.bm25_load_append_pages', '256', true);
+    END IF;
     PERFORM skills.prepare_skill_writes(array_agg(fr.name), array_agg(fr.description), array_agg(fr.instructions))
     FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash)
     WHERE ahead;
@@ -261,6 +268,14 @@ BEGIN
         new_skills := new_skills + chunk_written;
         chunk_start := chunk_start + chunk_rows;
     END LOOP;
+    IF ahead THEN
+        PERFORM skills.bm25_merge_append(i.indexrelid)
+        FROM pg_catalog.pg_index AS i
+        JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am AS a ON a.oid = c.relam
+        WHERE i.indrelid = 'skills.skill'::regclass AND a.amname = 'bm25';
+        PERFORM set_config('pg_skills.bm25_load_append_pages', append_pages_before, true);
+    END IF;
 
     -- Places that now hold other content leave the skill that had them (skills written above
     -- keep their places: the content they now hold is what was staged there).

@@ -45,6 +45,7 @@ REVOKE EXECUTE ON FUNCTION
     skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean),
     skills.apply_staging(),
     skills.prepare_skill_writes(text[], text[], text[]),
+    skills.bm25_merge_append(oid),
     skills.sync_source(text[]),
     skills.set_category(bigint, skills.category),
     skills.rescan_risk(),
@@ -74,7 +75,8 @@ GRANT INSERT ON skills.skill_version TO skills_loader;
 GRANT SELECT, INSERT, UPDATE ON skills.embed_queue TO skills_loader;
 -- Deleting a skill deletes its edges, whose trigger counts the change in graph_state.
 GRANT UPDATE ON skills.graph_state TO skills_loader;
-GRANT EXECUTE ON FUNCTION skills.apply_staging(), skills.prepare_skill_writes(text[], text[], text[]), skills.sync_source(text[]),
+GRANT EXECUTE ON FUNCTION skills.apply_staging(), skills.prepare_skill_writes(text[], text[], text[]),
+    skills.bm25_merge_append(oid), skills.sync_source(text[]),
     skills.set_category(bigint, skills.category), skills.rescan_risk() TO skills_loader;
 
 -- Administration.

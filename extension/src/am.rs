@@ -222,14 +222,40 @@ pub fn is_index_of(index: pg_sys::Relation, am: &str) -> bool {
     }
 }
 
+/// What a function given an index by name or OID does with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum IndexUse {
+    /// Reads what it holds (statistics, recall, a bm25query naming its index): SELECT on the
+    /// indexed table, AccessShareLock.
+    Read,
+    /// Writes it as an insert would (merging a bm25 append area): INSERT on the indexed table,
+    /// RowExclusiveLock.
+    Write,
+}
+
+impl IndexUse {
+    pub fn lock(self) -> pg_sys::LOCKMODE {
+        match self {
+            IndexUse::Read => pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+            IndexUse::Write => pg_sys::RowExclusiveLock as pg_sys::LOCKMODE,
+        }
+    }
+}
+
 /// Opens `oid` (AccessShareLock) as an index of access method `am`, or raises a clear ERROR
 /// with `hint`. Close it with `relation_close(rel, AccessShareLock)`.
 ///
 /// Functions given an index by name or OID (statistics, recall, a bm25query naming its index)
 /// read what the index holds, so the caller must be allowed to read the indexed table.
 pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation {
-    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    require_select_on_indexed_table(oid);
+    open_index_for(oid, am, hint, IndexUse::Read)
+}
+
+/// [`open_index_of`] for a use: the privilege it needs is checked before the lock it takes
+/// (`use_.lock()`, to pass to `relation_close`).
+pub fn open_index_for(oid: pg_sys::Oid, am: &str, hint: &str, use_: IndexUse) -> pg_sys::Relation {
+    let lock = use_.lock();
+    require_on_indexed_table(oid, use_);
     unsafe {
         let rel = pg_sys::try_relation_open(oid, lock);
         if rel.is_null() {
@@ -253,20 +279,28 @@ pub fn open_index_of(oid: pg_sys::Oid, am: &str, hint: &str) -> pg_sys::Relation
     }
 }
 
-/// ERROR 42501 unless the current user may SELECT from the table `index` indexes (checked
-/// before any lock is taken; an OID that is no index is left to the caller's checks).
-fn require_select_on_indexed_table(index: pg_sys::Oid) {
+/// ERROR 42501 unless the current user may SELECT from (to read) or INSERT into (to write) the
+/// table `index` indexes (checked before any lock is taken; an OID that is no index is left to
+/// the caller's checks).
+fn require_on_indexed_table(index: pg_sys::Oid, use_: IndexUse) {
+    let (privilege, hint) = match use_ {
+        IndexUse::Read => (
+            pg_sys::ACL_SELECT,
+            "Reading an index's contents needs SELECT on its table (for pg_skills' own tables: GRANT skills_reader TO the role).",
+        ),
+        IndexUse::Write => (
+            pg_sys::ACL_INSERT,
+            "Writing an index needs INSERT on its table (for pg_skills' own tables: GRANT skills_loader TO the role).",
+        ),
+    };
     // SAFETY: syscache lookups on the backend's thread; missing_ok, so no ERROR of their own.
     unsafe {
         let table = pg_sys::IndexGetRelation(index, true);
         if table == pg_sys::InvalidOid {
             return;
         }
-        let allowed = pg_sys::pg_class_aclcheck(
-            table,
-            pg_sys::GetUserId(),
-            pg_sys::ACL_SELECT as pg_sys::AclMode,
-        );
+        let allowed =
+            pg_sys::pg_class_aclcheck(table, pg_sys::GetUserId(), privilege as pg_sys::AclMode);
         if allowed != pg_sys::AclResult::ACLCHECK_OK {
             let name = pg_sys::get_rel_name(table);
             let name = if name.is_null() {
@@ -279,7 +313,7 @@ fn require_select_on_indexed_table(index: pg_sys::Oid) {
             raise(
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
                 format!("permission denied for table {name}"),
-                Some("Reading an index's contents needs SELECT on its table (for pg_skills' own tables: GRANT skills_reader TO the role)."),
+                Some(hint),
             );
         }
     }

@@ -49,6 +49,7 @@ pgrx::extension_sql_file!(
         documents::classify_label,
         documents::max_document_bytes,
         prepared_writes::prepare_skill_writes,
+        bm25::insert::bm25_merge_append,
         trust::risk_scan,
         trust::risk_rules_version,
         trust::license_family,

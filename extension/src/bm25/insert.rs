@@ -21,12 +21,54 @@ unsafe fn insert_document(index: pg_sys::Relation, value: pg_sys::Datum, tid: Ti
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
     let doc = analyze_datum(&meta.options, value);
-    if reading(index, &store, || append::insert(&store, tid, &doc)).or_raise(index) {
+    let load_pages = crate::guc::BM25_LOAD_APPEND_PAGES.get().max(0) as u32;
+    if reading(index, &store, || {
+        append::insert_up_to(&store, tid, &doc, load_pages)
+    })
+    .or_raise(index)
+    {
         let locks = IndexLocks(index);
         // Someone else merging (or VACUUM) will take care of it: never wait on the insert path.
         if locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
             flush_append(&store, &locks).or_raise(index);
             locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
         }
+    }
+}
+
+/// Merges the append area of a bm25 index into a segment now, as the insert that finds the area
+/// full (or VACUUM) would. Returns false when the area was empty or another merge or VACUUM is
+/// running (which then merges it). Needs INSERT on the indexed table. `skills.apply_staging`
+/// calls it when a load that raised `pg_skills.bm25_load_append_pages` ends, so that searches
+/// read a small area again.
+#[pgrx::pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn bm25_merge_append(index: pg_sys::Oid) -> bool {
+    use crate::am::{open_index_for, IndexUse};
+    // A write: not in a read-only transaction, and never during recovery (a WAL record there
+    // would fail inside the critical section that writes it).
+    // SAFETY: plain checks that raise an ERROR of their own.
+    unsafe {
+        pg_sys::PreventCommandIfReadOnly(c"skills.bm25_merge_append()".as_ptr());
+        pg_sys::PreventCommandDuringRecovery(c"skills.bm25_merge_append()".as_ptr());
+    }
+    let rel = open_index_for(
+        index,
+        "bm25",
+        "Name an index built USING bm25.",
+        IndexUse::Write,
+    );
+    // SAFETY: `rel` is open and locked until the relation_close below; on an ERROR the
+    // transaction's end closes it and releases the locks.
+    unsafe {
+        let store = BufferStore::new(rel, Mode::Logged);
+        checked_meta(&store, rel);
+        let locks = IndexLocks(rel);
+        let merged = locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) && {
+            let merged = flush_append(&store, &locks).or_raise(rel);
+            locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
+            merged
+        };
+        pg_sys::relation_close(rel, IndexUse::Write.lock());
+        merged
     }
 }

@@ -26,7 +26,7 @@ use crate::errors::raise;
 
 mod build;
 mod cost;
-mod insert;
+pub(crate) mod insert;
 pub mod operator;
 pub mod options;
 pub mod reference;

@@ -391,4 +391,102 @@ mod tests {
         );
         exec("RESET ROLE");
     }
+
+    fn append_area() -> (i32, i64, i32) {
+        Spi::connect(|c| {
+            let r = c
+                .select(
+                    "SELECT append_pages, append_documents, segments
+                     FROM skills.bm25_index_stats('skills.skill_bm25'::regclass)",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .first();
+            (
+                r.get::<i32>(1).unwrap().unwrap(),
+                r.get::<i64>(2).unwrap().unwrap(),
+                r.get::<i32>(3).unwrap().unwrap(),
+            )
+        })
+    }
+
+    /// A session's inserts let the append area grow to pg_skills.bm25_load_append_pages before
+    /// merging it, and skills.bm25_merge_append merges it on demand; searches agree with the
+    /// references before and after.
+    #[pg_test]
+    fn a_raised_append_limit_grows_the_area_and_a_merge_empties_it() {
+        without_index();
+        create_index("WITH (append_pages = 2)");
+        exec("SET LOCAL pg_skills.bm25_load_append_pages = 40");
+        let mut rng = Rng(20261205);
+        random_skills(&mut rng, 120);
+        let (pages, documents, _) = append_area();
+        assert!(pages > 2 && pages <= 40, "{pages} pages");
+        assert!(documents > 30, "{documents} documents");
+        check_index_against_references(&mut rng, 8, true);
+        assert!(one::<bool>(
+            "SELECT skills.bm25_merge_append('skills.skill_bm25'::regclass)"
+        ));
+        let (pages, documents, segments) = append_area();
+        assert_eq!(documents, 0);
+        assert!(
+            pages <= 1,
+            "{pages} pages (an empty chain has its head page)"
+        );
+        assert!(segments >= 1);
+        assert!(!one::<bool>(
+            "SELECT skills.bm25_merge_append('skills.skill_bm25'::regclass)"
+        ));
+        check_index_against_references(&mut rng, 8, true);
+        // Below the index's own limit the setting changes nothing.
+        exec("SET LOCAL pg_skills.bm25_load_append_pages = 1");
+        random_skills(&mut rng, 60);
+        assert!(append_area().0 <= 2);
+    }
+
+    /// A load grows the append area past the index's limit and leaves it merged, with the
+    /// session's setting as it was.
+    #[pg_test]
+    fn a_load_leaves_the_append_area_merged() {
+        let mut rng = Rng(7);
+        let rows: Vec<(String, String, String)> = (0..300)
+            .map(|i| (format!("load-{i}"), rng.words(40, 200), format!("r:{i}")))
+            .collect();
+        let staged: Vec<(&str, &str, &str)> = rows
+            .iter()
+            .map(|(n, b, l)| (n.as_str(), b.as_str(), l.as_str()))
+            .collect();
+        stage(&staged);
+        assert_eq!(apply(), (300, 0, 0, 0));
+        assert_eq!(append_area().1, 0, "the load's append area is merged");
+        assert_eq!(
+            one::<String>("SELECT current_setting('pg_skills.bm25_load_append_pages')"),
+            "0"
+        );
+        check_index_against_references(&mut rng, 8, true);
+    }
+
+    #[pg_test(error = "cannot execute skills.bm25_merge_append() in a read-only transaction")]
+    fn merging_the_append_area_is_a_write() {
+        exec("SET LOCAL transaction_read_only = on");
+        exec("SELECT skills.bm25_merge_append('skills.skill_bm25'::regclass)");
+    }
+
+    #[pg_test(error = "\"skill_name_idx\" is not a bm25 index")]
+    fn merging_the_append_area_of_another_index() {
+        exec("SELECT skills.bm25_merge_append('skills.skill_name_idx'::regclass)");
+    }
+
+    #[pg_test(error = "permission denied for table merge_target")]
+    fn merging_the_append_area_needs_insert_on_the_table() {
+        exec("CREATE TABLE public.merge_target (name text, description text, instructions text)");
+        exec("CREATE INDEX merge_target_bm25 ON public.merge_target USING bm25 ((ARRAY[name, description, instructions]))");
+        exec("CREATE ROLE merge_tester");
+        exec("GRANT SELECT ON public.merge_target TO merge_tester");
+        exec("GRANT USAGE ON SCHEMA skills TO merge_tester");
+        exec("GRANT EXECUTE ON FUNCTION skills.bm25_merge_append(oid) TO merge_tester");
+        exec("SET LOCAL ROLE merge_tester");
+        exec("SELECT skills.bm25_merge_append('public.merge_target_bm25'::regclass)");
+    }
 }

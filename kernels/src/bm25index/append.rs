@@ -140,11 +140,24 @@ pub fn meta_of(page: &[u8]) -> Result<Meta, Corrupt> {
     })
 }
 
-/// Appends one document. Returns true when the append area has grown past its limit.
+/// Appends one document. Returns true when the append area has grown past its limit (the
+/// index's `append_pages`).
 ///
 /// The caller keeps merges from freeing pages meanwhile (a reader of the chain; see
 /// `maintenance`): the metapage read here may name a chain a merge is freezing.
 pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> Result<bool, Corrupt> {
+    insert_up_to(store, tid, doc, 0)
+}
+
+/// [`insert`], with the limit raised to `pages` where that is above the index's own (a bulk
+/// load merges the area less often).
+pub fn insert_up_to<S: PageWrite>(
+    store: &S,
+    tid: Tid,
+    doc: &AnalyzedDoc,
+    pages: u32,
+) -> Result<bool, Corrupt> {
+    let past_limit = |m: &Meta| m.append_pages >= m.options.append_pages.max(pages);
     let page_size = store.page_size();
     let parts = encode_parts(tid, doc, page_size);
     let mut frozen_head = None;
@@ -194,7 +207,7 @@ pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> Result<bo
         header.write(&mut guard);
         drop(guard);
         let Some(&last) = added.last() else {
-            return Ok(meta.append_pages >= meta.options.append_pages);
+            return Ok(past_limit(&meta));
         };
         let mut meta_guard = store.write(META_BLOCK);
         let mut current = meta_of(&meta_guard)?;
@@ -205,7 +218,7 @@ pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> Result<bo
             current.append_pages = current.append_pages.saturating_add(added.len() as u32);
             current.write(&mut meta_guard);
         }
-        return Ok(current.append_pages >= current.options.append_pages);
+        return Ok(past_limit(&current));
     }
 }
 
