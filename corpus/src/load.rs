@@ -24,6 +24,9 @@ pub struct ApplyCounts {
     pub retired: i64,
     /// Retired skills found again: served again.
     pub returned: i64,
+    /// The loaded skills (distinct content) the server stores at risk medium, high and
+    /// critical.
+    pub flagged: [i64; 3],
 }
 
 /// Connects as `dsn` says, with TLS as its `sslmode` asks (libpq's default `prefer` when it
@@ -164,6 +167,19 @@ pub fn load(
         )?;
         counts.retired = row.get(0);
         counts.returned = row.get(1);
+    }
+    // The risk levels as the server's trigger stored them (the rows the load wrote, and those it
+    // found unchanged).
+    let hashes: Vec<&str> = skills.iter().map(|p| p.content_hash.as_str()).collect();
+    for row in tx.query(
+        "SELECT s.risk::text, count(DISTINCT s.content_hash) FROM skills.skill AS s
+         WHERE s.content_hash = ANY($1::text[]) AND s.risk >= 'medium' GROUP BY 1",
+        &[&hashes],
+    )? {
+        let level: String = row.get(0);
+        if let Some(i) = ["medium", "high", "critical"].iter().position(|l| *l == level) {
+            counts.flagged[i] = row.get(1);
+        }
     }
     tx.commit()?;
     Ok(counts)

@@ -17,6 +17,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -84,6 +85,11 @@ impl Batch {
         self.taken.as_ref().and_then(Option::as_ref)
     }
 }
+
+/// Computations of this process not finished yet, including those of transactions that ended
+/// (they finish into slots nobody reads). A call waits while [`KEPT_BATCHES`] are running, so
+/// that calls in a loop cannot pile up work and memory.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The last [`KEPT_BATCHES`] calls' batches, oldest first.
@@ -164,7 +170,8 @@ fn forget() {
 /// triggers; the results of the two latest calls are kept. Returns how many documents it
 /// takes: documents over 1 MB, NULLs and text past 64 MB in all are left to the trigger.
 /// `skills.apply_staging` calls it one chunk ahead of its inserts. Takes the loader's lock
-/// (one load at a time), so the server computes for one transaction at a time.
+/// (one load at a time), so the server computes for one transaction at a time, and waits while
+/// two earlier computations of this process are running.
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn prepare_skill_writes(
     names: Vec<Option<String>>,
@@ -203,6 +210,11 @@ fn prepare_skill_writes(
         .iter()
         .map(|[n, d, i]| fingerprint([n, d, i]))
         .collect();
+    while RUNNING.load(Ordering::Acquire) >= KEPT_BATCHES {
+        std::thread::sleep(WAIT_SLICE);
+        pg_sys::check_for_interrupts!();
+    }
+    RUNNING.fetch_add(1, Ordering::AcqRel);
     let slot = Arc::new(Slot::default());
     let job = {
         let slot = slot.clone();
@@ -222,6 +234,7 @@ fn prepare_skill_writes(
             .ok();
             *slot.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
             slot.done.notify_all();
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
         }
     };
     match embedding::encoder_pool(

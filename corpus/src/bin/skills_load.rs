@@ -202,13 +202,21 @@ fn main() -> ExitCode {
             }
         }
     };
-    let flagged = risk_counts(&skills);
+    let flagged = if args.dry_run {
+        risk_counts(&skills)
+    } else {
+        ["medium", "high", "critical"]
+            .into_iter()
+            .zip(applied.flagged)
+            .map(|(level, n)| (level, n as usize))
+            .collect()
+    };
     report(&args, &counts, &flagged, (!args.dry_run).then_some(applied));
     ExitCode::SUCCESS
 }
 
 /// Skills per risk level at medium or above (the same rules as the server's trigger), scanned
-/// on every core.
+/// on every core: what a dry run reports (a load reports what the server stored).
 fn risk_counts(skills: &[pg_skills_corpus::dedup::Prepared]) -> Vec<(&'static str, usize)> {
     use pg_skills_corpus::risk::{scan, Level};
     use rayon::prelude::*;
