@@ -177,7 +177,10 @@ pub fn load(
         &[&hashes],
     )? {
         let level: String = row.get(0);
-        if let Some(i) = ["medium", "high", "critical"].iter().position(|l| *l == level) {
+        if let Some(i) = ["medium", "high", "critical"]
+            .iter()
+            .position(|l| *l == level)
+        {
             counts.flagged[i] = row.get(1);
         }
     }
