@@ -467,6 +467,44 @@ mod tests {
         check_index_against_references(&mut rng, 8, true);
     }
 
+    /// A load into an index without stemming agrees with the reference, and finds words as
+    /// written.
+    #[pg_test]
+    fn a_load_into_an_index_without_stemming() {
+        without_index();
+        create_index("WITH (stemming = false)");
+        exec("SET LOCAL pg_skills.bm25_stemming = off");
+        let mut rng = Rng(8);
+        let inflected = ["running tests", "deployed connections", "caching builds"];
+        let rows: Vec<(String, String, String)> = (0..200)
+            .map(|i| {
+                let body = format!("{} {}", rng.words(20, 120), inflected[i % 3]);
+                (format!("plain-{i}"), body, format!("r:{i}"))
+            })
+            .collect();
+        let staged: Vec<(&str, &str, &str)> = rows
+            .iter()
+            .map(|(n, b, l)| (n.as_str(), b.as_str(), l.as_str()))
+            .collect();
+        stage(&staged);
+        assert_eq!(apply(), (200, 0, 0, 0));
+        check_index_against_references(&mut rng, 12, true);
+        // Unstemmed words are found as written.
+        for query in ["running", "connections", "caching builds"] {
+            exec("SET LOCAL enable_seqscan = off");
+            // The index returns every row, the matching ones first (a negated score).
+            let mut by_index = ordered(query, "LIMIT 100");
+            by_index.retain(|&(_, value)| value < 0.0);
+            exec("SET LOCAL enable_seqscan = on");
+            let reference = id_scores(&format!(
+                "SELECT id, score FROM skills.bm25_scan({}, 100, NULL)",
+                quote(query)
+            ));
+            assert!(by_index.len() >= 60, "{query}: {} rows", by_index.len());
+            assert_eq!(by_index.len(), reference.len(), "{query}");
+        }
+    }
+
     #[pg_test(error = "cannot execute skills.bm25_merge_append() in a read-only transaction")]
     fn merging_the_append_area_is_a_write() {
         exec("SET LOCAL transaction_read_only = on");
