@@ -244,25 +244,22 @@ BEGIN
     WHERE s.id = f.id;
     GET DIAGNOSTICS updated = ROW_COUNT;
 
-    -- New skills in the staging order, a chunk of it at a time: each chunk's derived columns
-    -- are computed while the chunk before it is inserted.
+    -- New skills: the fresh rows no stored skill took as its next version, in the staging
+    -- order, a chunk of it at a time. Each chunk's derived columns are computed while the chunk
+    -- before it is inserted: the loop starts one chunk early, inserting nothing the first time.
+    DELETE FROM pg_temp.skill_staging_fresh AS f
+    WHERE EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
     CREATE INDEX ON pg_temp.skill_staging_fresh (ord);
     new_skills := 0;
-    SELECT min(f.ord), max(f.ord) INTO chunk_start, last_ord FROM pg_temp.skill_staging_fresh AS f;
-    PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
-    FROM pg_temp.skill_staging_fresh AS f
-    WHERE ahead AND f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
-      AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
+    SELECT min(f.ord) - chunk_rows, max(f.ord) INTO chunk_start, last_ord FROM pg_temp.skill_staging_fresh AS f;
     WHILE chunk_start <= last_ord LOOP
         PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
         FROM pg_temp.skill_staging_fresh AS f
-        WHERE ahead AND f.ord >= chunk_start + chunk_rows AND f.ord < chunk_start + 2 * chunk_rows
-          AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash);
+        WHERE ahead AND f.ord >= chunk_start + chunk_rows AND f.ord < chunk_start + 2 * chunk_rows;
         INSERT INTO skills.skill (name, description, instructions, category, provenance)
         SELECT f.name, f.description, f.instructions, f.category, f.provenance
         FROM pg_temp.skill_staging_fresh AS f
         WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
-          AND NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_pairs AS p WHERE p.content_hash = f.content_hash)
         ORDER BY f.ord;
         GET DIAGNOSTICS chunk_written = ROW_COUNT;
         new_skills := new_skills + chunk_written;

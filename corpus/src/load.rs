@@ -8,6 +8,7 @@ use postgres::Client;
 
 use crate::conninfo;
 use crate::dedup::Prepared;
+use crate::risk::Level;
 
 /// What the database did with the staged skills.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -24,8 +25,7 @@ pub struct ApplyCounts {
     pub retired: i64,
     /// Retired skills found again: served again.
     pub returned: i64,
-    /// The loaded skills (distinct content) the server stores at risk medium, high and
-    /// critical.
+    /// The loaded skills (distinct content) the server stores at each of [`Level::FLAGGED`].
     pub flagged: [i64; 3],
 }
 
@@ -177,10 +177,7 @@ pub fn load(
         &[&hashes],
     )? {
         let level: String = row.get(0);
-        if let Some(i) = ["medium", "high", "critical"]
-            .iter()
-            .position(|l| *l == level)
-        {
+        if let Some(i) = Level::FLAGGED.iter().position(|l| l.as_str() == level) {
             counts.flagged[i] = row.get(1);
         }
     }

@@ -206,10 +206,11 @@ fn prepare_skill_writes(
     if documents.is_empty() {
         return 0;
     }
-    let keys = documents
-        .iter()
-        .map(|[n, d, i]| fingerprint([n, d, i]))
+    let keyed: Vec<(u64, [String; 3])> = documents
+        .into_iter()
+        .map(|doc| (fingerprint([&doc[0], &doc[1], &doc[2]]), doc))
         .collect();
+    let keys = keyed.iter().map(|(key, _)| *key).collect();
     while RUNNING.load(Ordering::Acquire) >= KEPT_BATCHES {
         std::thread::sleep(WAIT_SLICE);
         pg_sys::check_for_interrupts!();
@@ -222,13 +223,9 @@ fn prepare_skill_writes(
             use rayon::prelude::*;
             // A panic here must not reach rayon, which would abort the server process.
             let result = catch_unwind(AssertUnwindSafe(|| {
-                documents
+                keyed
                     .into_par_iter()
-                    .map(compute)
-                    .map(|p| {
-                        let [n, d, i] = &p.fields;
-                        (fingerprint([n, d, i]), p)
-                    })
+                    .map(|(key, doc)| (key, compute(doc)))
                     .collect::<PreparedMap>()
             }))
             .ok();

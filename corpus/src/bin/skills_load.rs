@@ -205,8 +205,9 @@ fn main() -> ExitCode {
     let flagged = if args.dry_run {
         risk_counts(&skills)
     } else {
-        ["medium", "high", "critical"]
+        pg_skills_corpus::risk::Level::FLAGGED
             .into_iter()
+            .map(|level| level.as_str())
             .zip(applied.flagged)
             .map(|(level, n)| (level, n as usize))
             .collect()
@@ -228,7 +229,7 @@ fn risk_counts(skills: &[pg_skills_corpus::dedup::Prepared]) -> Vec<(&'static st
     for level in levels {
         counts[level as usize] += 1;
     }
-    [Level::Medium, Level::High, Level::Critical]
+    Level::FLAGGED
         .into_iter()
         .map(|l| (l.as_str(), counts[l as usize]))
         .collect()

@@ -44,6 +44,9 @@ impl Level {
         Level::High,
         Level::Critical,
     ];
+    /// The levels at which a skill counts as flagged (`skills.flagged_skill`, the loader's
+    /// summary).
+    pub const FLAGGED: [Level; 3] = [Level::Medium, Level::High, Level::Critical];
 
     pub fn as_str(self) -> &'static str {
         match self {

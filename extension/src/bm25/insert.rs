@@ -27,13 +27,21 @@ unsafe fn insert_document(index: pg_sys::Relation, value: pg_sys::Datum, tid: Ti
     })
     .or_raise(index)
     {
-        let locks = IndexLocks(index);
-        // Someone else merging (or VACUUM) will take care of it: never wait on the insert path.
-        if locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
-            flush_append(&store, &locks).or_raise(index);
-            locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
-        }
+        merge_unless_merging(index, &store);
     }
+}
+
+/// Merges the append area into a segment unless another merge or a VACUUM is running (which
+/// then takes care of it: never wait on the insert path). False when it did not merge, or the
+/// area was empty.
+fn merge_unless_merging(index: pg_sys::Relation, store: &BufferStore) -> bool {
+    let locks = IndexLocks(index);
+    if !locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
+        return false;
+    }
+    let merged = flush_append(store, &locks).or_raise(index);
+    locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
+    merged
 }
 
 /// Merges the append area of a bm25 index into a segment now, as the insert that finds the area
@@ -62,12 +70,7 @@ pub(crate) fn bm25_merge_append(index: pg_sys::Oid) -> bool {
     unsafe {
         let store = BufferStore::new(rel, Mode::Logged);
         checked_meta(&store, rel);
-        let locks = IndexLocks(rel);
-        let merged = locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) && {
-            let merged = flush_append(&store, &locks).or_raise(rel);
-            locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
-            merged
-        };
+        let merged = merge_unless_merging(rel, &store);
         pg_sys::relation_close(rel, IndexUse::Write.lock());
         merged
     }

@@ -145,23 +145,6 @@ fn embed_texts_in(
     texts: &[&str],
     precision: Precision,
 ) -> Result<Vec<Vec<f32>>, EncoderError> {
-    with_encoder_threads(|pool| {
-        encoder.embed_on(
-            pool,
-            texts,
-            pg_skills_kernels::encoder::BATCH_SIZE,
-            precision,
-            &mut |_| {
-                pg_sys::check_for_interrupts!();
-            },
-        )
-    })
-}
-
-/// Runs `f` with the threads this process may compute on: in the embedder worker its own
-/// pool; in other backends as many threads as free encoder slots allow (at most
-/// `pg_skills.encoder_threads`), held until `f` returns. None: rayon's global pool.
-pub fn with_encoder_threads<R>(f: impl FnOnce(Option<&rayon::ThreadPool>) -> R) -> R {
     let configured = configured_encoder_threads();
     let (pool, _claim) = if is_embedder_worker() {
         (encoder_pool(configured, 0), None)
@@ -169,7 +152,15 @@ pub fn with_encoder_threads<R>(f: impl FnOnce(Option<&rayon::ThreadPool>) -> R) 
         let claim = slots::claim(configured);
         (encoder_pool(claim.threads(), configured), Some(claim))
     };
-    f(pool.as_deref())
+    encoder.embed_on(
+        pool.as_deref(),
+        texts,
+        pg_skills_kernels::encoder::BATCH_SIZE,
+        precision,
+        &mut |_| {
+            pg_sys::check_for_interrupts!();
+        },
+    )
 }
 
 /// e(text): the 384-d sentence embedding (mean-pooled, unit length).

@@ -453,11 +453,7 @@ mod tests {
         let rows: Vec<(String, String, String)> = (0..300)
             .map(|i| (format!("load-{i}"), rng.words(40, 200), format!("r:{i}")))
             .collect();
-        let staged: Vec<(&str, &str, &str)> = rows
-            .iter()
-            .map(|(n, b, l)| (n.as_str(), b.as_str(), l.as_str()))
-            .collect();
-        stage(&staged);
+        stage(&rows);
         assert_eq!(apply(), (300, 0, 0, 0));
         assert_eq!(append_area().1, 0, "the load's append area is merged");
         assert_eq!(
@@ -482,11 +478,7 @@ mod tests {
                 (format!("plain-{i}"), body, format!("r:{i}"))
             })
             .collect();
-        let staged: Vec<(&str, &str, &str)> = rows
-            .iter()
-            .map(|(n, b, l)| (n.as_str(), b.as_str(), l.as_str()))
-            .collect();
-        stage(&staged);
+        stage(&rows);
         assert_eq!(apply(), (200, 0, 0, 0));
         check_index_against_references(&mut rng, 12, true);
         // Unstemmed words are found as written.

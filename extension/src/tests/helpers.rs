@@ -82,13 +82,15 @@ pub fn tiny_corpus() -> [i64; 3] {
     ]
 }
 
-pub fn stage(rows: &[(&str, &str, &str)]) {
+/// Stages (name, instructions, location) rows, description 'd', for skills.apply_staging().
+pub fn stage<S: AsRef<str>>(rows: &[(S, S, S)]) {
     exec("DROP TABLE IF EXISTS pg_temp.skill_staging");
     exec(
         "CREATE TEMP TABLE skill_staging (ord bigint, content_hash text PRIMARY KEY, name text, description text,
          instructions text, category skills.category, provenance jsonb)",
     );
     for (i, (name, body, location)) in rows.iter().enumerate() {
+        let (name, body, location) = (name.as_ref(), body.as_ref(), location.as_ref());
         let hash = pg_skills_corpus::skill::content_hash(name, "d", body);
         exec(&format!(
             "INSERT INTO pg_temp.skill_staging VALUES ({i}, '{hash}', {}, 'd', {}, NULL, jsonb_build_array(jsonb_build_object('location', {})))",
