@@ -191,7 +191,7 @@ mod tests {
         apply();
         let id: i64 = one("SELECT id FROM skills.skill");
         assert_eq!(one::<i64>(&format!("SELECT jsonb_array_length(provenance)::bigint FROM skills.skill WHERE id = {id}")), 2);
-        stage(&[]);
+        stage::<&str>(&[]);
         assert_eq!(sync("repo:").0, 0, "still found in mirror:");
         let locs: Vec<String> = one(&format!("SELECT skills.provenance_locations(provenance) FROM skills.skill WHERE id = {id}"));
         assert_eq!(locs, vec!["mirror:a/SKILL.md".to_string()]);
