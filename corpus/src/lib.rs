@@ -9,6 +9,7 @@ pub mod drop_reason;
 pub mod filter;
 pub mod license;
 pub mod normalize;
+pub mod o200k;
 pub mod readers;
 pub mod risk;
 pub mod skill;

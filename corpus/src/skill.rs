@@ -85,55 +85,10 @@ pub fn prompt_tokens(text: &str) -> usize {
     prompt_tokens_with(text, &mut || {})
 }
 
-/// Texts are tokenised in pieces of about this many bytes, so that a caller can stop a long
-/// count between pieces (a server checks for query cancellation there).
-const TOKEN_CHUNK_BYTES: usize = 64 * 1024;
-
-/// [`prompt_tokens`], calling `between_chunks` after each piece of about 64 kB.
-///
-/// Pieces end after a newline that is followed by neither whitespace nor `/`: o200k_base's
-/// pre-tokenizer (whose `\\s` is Unicode white space, as `char::is_whitespace`) never joins text
-/// across such a point (a newline run ends there, and the word,
-/// number or punctuation patterns after it cannot start with a newline), and BPE works within
-/// pre-tokens, so the pieces' counts add up to the whole text's. A text with no such point for
-/// another 64 kB is cut at a character boundary (the count may then differ by a token there).
+/// [`prompt_tokens`], calling `between_chunks` after each run of about 64 kB of the text (the
+/// count is exact wherever the runs end: they end between the pre-tokenizer's pieces).
 pub fn prompt_tokens_with(text: &str, between_chunks: &mut dyn FnMut()) -> usize {
-    let bpe = tiktoken_rs::o200k_base_singleton();
-    let mut total = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let (piece, tail) = rest.split_at(token_chunk_end(rest));
-        total += bpe.encode_ordinary(piece).len();
-        rest = tail;
-        if !rest.is_empty() {
-            between_chunks();
-        }
-    }
-    total
-}
-
-/// Where the next piece of `text` ends (see [`prompt_tokens_with`]).
-fn token_chunk_end(text: &str) -> usize {
-    if text.len() <= TOKEN_CHUNK_BYTES {
-        return text.len();
-    }
-    let bytes = text.as_bytes();
-    let limit = (2 * TOKEN_CHUNK_BYTES).min(text.len());
-    let safe = (TOKEN_CHUNK_BYTES..limit).find(|&i| {
-        bytes[i - 1] == b'\n'
-            && text.is_char_boundary(i)
-            && text[i..]
-                .chars()
-                .next()
-                .is_some_and(|c| !c.is_whitespace() && c != '/')
-    });
-    match safe {
-        Some(i) => i,
-        None if limit == text.len() => limit,
-        None => (TOKEN_CHUNK_BYTES..=limit)
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(limit),
-    }
+    crate::o200k::O200k::get().count_with(text, between_chunks)
 }
 
 /// Fields of a SKILL.md front matter that ingestion uses.
@@ -347,11 +302,15 @@ mod tests {
             .len();
         assert!(pieces >= 3, "{pieces} pieces");
         assert_eq!(counted, whole);
-        // No newline at all: cut at character boundaries, still every piece counted.
+        // No newline at all: one word of 200 kB, counted whole and exactly.
         let flat = "ü".repeat(100_000);
         let mut flat_pieces = 0;
         let n = prompt_tokens_with(&flat, &mut || flat_pieces += 1);
-        assert!(flat_pieces >= 1 && n > 0);
+        assert_eq!(flat_pieces, 1);
+        let whole = tiktoken_rs::o200k_base_singleton()
+            .encode_ordinary(&flat)
+            .len();
+        assert_eq!(n, whole);
     }
 
     #[test]

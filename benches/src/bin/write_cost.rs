@@ -22,7 +22,8 @@ struct Args {
     /// How many records (from the start of the file).
     #[arg(long, default_value_t = 5000)]
     rows: usize,
-    /// Passes over the records; the best pass is reported.
+    /// Passes over the records; the best pass is reported. With 1, what a step remembers
+    /// between documents has seen each document once (the first is called once before).
     #[arg(long, default_value_t = 3)]
     passes: usize,
     /// Only the steps whose name contains this (e.g. "risk", to profile one of them).
@@ -39,6 +40,10 @@ struct Doc {
 fn time_per_doc(docs: &[Doc], passes: usize, mut f: Box<dyn FnMut(&Doc) -> usize>) -> (f64, usize) {
     let mut best = f64::INFINITY;
     let mut check = 0;
+    // Tables built on first use (tokenizer ranks, rule sets) are not a document's cost.
+    if let Some(first) = docs.first() {
+        f(first);
+    }
     for _ in 0..passes {
         let t = Instant::now();
         check = docs.iter().map(&mut f).sum();
@@ -84,6 +89,16 @@ fn main() {
         (
             "prompt tokens",
             Box::new(|d| skill::token_count(&d.name, &d.description, &d.instructions)),
+        ),
+        (
+            // The same count by tiktoken-rs's encoder, which the extension used before.
+            "prompt tokens, tiktoken-rs",
+            Box::new(|d| {
+                let text = skill::prompt_text(&d.name, &d.description, &d.instructions);
+                tiktoken_rs::o200k_base_singleton()
+                    .encode_ordinary(&text)
+                    .len()
+            }),
         ),
         (
             "risk rules",
