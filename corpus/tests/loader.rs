@@ -151,6 +151,30 @@ fn demo_corpus_loads_and_rerun_changes_nothing() {
 }
 
 #[test]
+fn long_texts_are_stored_lz4_compressed_where_the_server_has_lz4() {
+    let Some(admin) = admin_dsn() else { return };
+    let db = TestDb::new(&admin, "pgs_loader_lz4");
+    let dir = tempfile::tempdir().unwrap();
+    // Compressible instructions well past the 2 kB at which a row's text is compressed.
+    let body = "Run the tests, read the failures, fix the code.\n".repeat(200);
+    write(&dir.path().join("a/SKILL.md"), &skill_md("long-one", &body));
+    write(&dir.path().join("b/SKILL.md"), &skill_md("long-two", &format!("{body}More.\n")));
+    let (code, _, err) = db.load(&["--tree", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let lz4 = db.count(
+        "SELECT count(*) FROM pg_catalog.pg_settings \
+         WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)",
+    ) == 1;
+    let expected = if lz4 { "lz4" } else { "pglz" };
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM skills.skill WHERE pg_column_compression(instructions) = '{expected}'"
+        )),
+        2
+    );
+}
+
+#[test]
 fn malformed_inputs_are_skipped_and_reported() {
     let Some(admin) = admin_dsn() else { return };
     let db = TestDb::new(&admin, "pgs_loader_malformed");
