@@ -62,6 +62,10 @@ struct Args {
     /// in this process on the same documents and queries — the algorithm without SQL.
     #[arg(long)]
     in_process: bool,
+    /// Keyword queries instead of sentences: each query keeps its first 1, 2 or 3 words (in
+    /// turn) that the analyzer keeps, so every query has 1 to 3 terms.
+    #[arg(long)]
+    short_queries: bool,
     /// Passes over the queries in `--in-process` (the first warms caches; the last is timed).
     #[arg(long, default_value_t = 3)]
     passes: usize,
@@ -177,9 +181,14 @@ fn copy_escape(s: &str) -> String {
     out
 }
 
+/// Query lengths (distinct analyzed terms) that latencies are reported by.
+const BUCKETS: [&str; 5] = ["1 term", "2 terms", "3 terms", "4-6 terms", "7+ terms"];
+
 fn bucket(terms: usize) -> &'static str {
     match terms {
-        0..=3 => "1-3 terms",
+        0..=1 => "1 term",
+        2 => "2 terms",
+        3 => "3 terms",
         4..=6 => "4-6 terms",
         _ => "7+ terms",
     }
@@ -198,6 +207,22 @@ fn main() {
         .take(args.queries)
         .collect();
     let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+    let queries: Vec<String> = if args.short_queries {
+        queries
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                q.split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !analyzer.tokens(w).is_empty())
+                    .take(1 + i % 3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .filter(|q| !q.is_empty())
+            .collect()
+    } else {
+        queries
+    };
     let query_terms: Vec<usize> = queries
         .iter()
         .map(|q| {
@@ -356,7 +381,7 @@ fn main() {
                 "{n} skills: build {bm25_build:.1} s, {:.1} MB; p50 / p95 / p99 ms:",
                 bm25_size as f64 / (1 << 20) as f64
             );
-            for b in ["1-3 terms", "4-6 terms", "7+ terms"] {
+            for b in BUCKETS {
                 if let Some(l) = bm25_lat.get(b) {
                     let (p50, p95, p99) = latencies_ms(l.clone());
                     text += &format!(" {b} ({}) {p50:.2} / {p95:.2} / {p99:.2};", l.len());
@@ -430,7 +455,7 @@ fn main() {
                 String::new()
             }
         );
-        for b in ["1-3 terms", "4-6 terms", "7+ terms"] {
+        for b in BUCKETS {
             let (Some(bl), Some(tl)) = (bm25_lat.get(b), tantivy_lat.get(b)) else {
                 continue;
             };
@@ -505,7 +530,7 @@ fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: u
     let t = Instant::now();
     let store = MemoryStore::new(8192);
     initialize(&store, options);
-    let mut builder = SegmentBuilder::new(options.weights_array());
+    let mut builder = SegmentBuilder::new(options.term_scoring());
     for (i, d) in docs.iter().enumerate() {
         let doc = analyze(
             &mut analyzer,
@@ -559,7 +584,7 @@ fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: u
         docs.len(),
         pages as f64 * 8192.0 / (1 << 20) as f64,
     );
-    let mut buckets: Vec<(&str, Vec<f64>, Vec<f64>)> = ["1-3 terms", "4-6 terms", "7+ terms"]
+    let mut buckets: Vec<(&str, Vec<f64>, Vec<f64>)> = BUCKETS
         .iter()
         .filter_map(|b| Some((*b, kernel_lat.get(b)?.clone(), tantivy_lat.get(b)?.clone())))
         .collect();

@@ -47,7 +47,7 @@ impl BuildState<'_> {
         report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SPILL);
         let full = std::mem::replace(
             &mut self.builder,
-            SegmentBuilder::new(self.options.weights_array()),
+            SegmentBuilder::new(self.options.term_scoring()),
         );
         let segment = full.write(self.store);
         add_segment(self.store, segment, &NoReaders).or_raise(self.index);
@@ -77,7 +77,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         store: &store,
         index,
         options,
-        builder: SegmentBuilder::new(options.weights_array()),
+        builder: SegmentBuilder::new(options.term_scoring()),
         memory_limit,
         indexed: 0.0,
     };

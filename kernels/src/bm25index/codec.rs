@@ -3,7 +3,7 @@
 //! block's last document and the bounds block-max pruning needs.
 //!
 //! Layout: `n u8 | doc bits u8 | count bits u8 ×3 | pad u8 | payload bytes u16 | last_doc u32 |
-//! max_tf f32 | min_length f32 | payload`. A full block's payload is the bit-packed doc deltas and
+//! max_tf f32 | min_length f32 | max_saturated f32 | payload`. A full block's payload is the bit-packed doc deltas and
 //! the three count arrays; a partial block (the tail of a list, and most of a vocabulary's rare
 //! terms) would waste most of a padded 128-value pack, so its payload is LEB128 varints instead
 //! (doc bits = [`VARINT`]).
@@ -11,10 +11,11 @@
 use bitpacking::{BitPacker, BitPacker4x};
 
 use super::document::{f32_at_least, weighted_tf, FieldCounts};
-use super::format::{check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt};
+use super::format::{check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, TermScoring};
+use crate::bm25::term_score;
 
 pub const BLOCK_LEN: usize = BitPacker4x::BLOCK_LEN;
-pub const BLOCK_HEADER_SIZE: usize = 20;
+pub const BLOCK_HEADER_SIZE: usize = 24;
 /// The largest encoded block (every array at 32 bits).
 pub const MAX_BLOCK_SIZE: usize = BLOCK_HEADER_SIZE + 4 * 16 * 32;
 /// Doc bits of a varint-coded block.
@@ -52,6 +53,10 @@ pub struct BlockHeader {
     pub max_tf: f32,
     /// Smallest stored document length in the block.
     pub min_length: f32,
+    /// The block's largest term score at idf 1, rounded up, with the index's k1 and b and the
+    /// segment's average document length when it was written ([`BlockHeader::saturated_bound`]).
+    /// Tighter than the bound of `max_tf` and `min_length`, which may come from two documents.
+    pub max_saturated: f32,
 }
 
 impl BlockHeader {
@@ -83,6 +88,7 @@ impl BlockHeader {
             last_doc: r.u32()?,
             max_tf: check_non_negative(r.f32()?, "a posting block's max tf")?,
             min_length: check_non_negative(r.f32()?, "a posting block's min length")?,
+            max_saturated: check_non_negative(r.f32()?, "a posting block's max saturated tf")?,
         };
         // Only full blocks are bit-packed; a varint block spends 1 to 5 bytes on each of the
         // four values of a posting.
@@ -123,13 +129,15 @@ impl DecodedBlock {
 }
 
 /// Encodes `docs` (strictly increasing, all > `previous_last` unless this is the list's first
-/// block) into `out`, returning the bytes written. `lengths[doc]` is each document's stored length.
+/// block) into `out`, returning the bytes written. `lengths[doc]` is each document's stored
+/// length, `avg_length` the segment's average (what `max_saturated` is computed with).
 pub fn encode_block(
     previous_last: u32,
     docs: &[u32],
     counts: &[FieldCounts],
-    weights: &[f64; 3],
+    scoring: &TermScoring,
     lengths: &[f32],
+    avg_length: f64,
     out: &mut [u8],
 ) -> usize {
     assert!(!docs.is_empty() && docs.len() <= BLOCK_LEN && docs.len() == counts.len());
@@ -141,12 +149,23 @@ pub fn encode_block(
     let mut count_blocks = [[0u32; BLOCK_LEN]; 3];
     let mut max_tf = 0f64;
     let mut min_length = f32::INFINITY;
+    let mut max_saturated = 0f64;
     for (i, c) in counts.iter().enumerate() {
         for f in 0..3 {
             count_blocks[f][i] = c[f];
         }
-        max_tf = max_tf.max(weighted_tf(weights, c));
-        min_length = min_length.min(lengths[docs[i] as usize]);
+        let tf = weighted_tf(&scoring.weights, c);
+        let length = lengths[docs[i] as usize];
+        max_tf = max_tf.max(tf);
+        min_length = min_length.min(length);
+        max_saturated = max_saturated.max(term_score(
+            1.0,
+            tf,
+            length as f64,
+            avg_length,
+            scoring.k1,
+            scoring.b,
+        ));
     }
     let mut varints = Vec::new();
     let (doc_bits, count_bits) = if n < BLOCK_LEN {
@@ -178,6 +197,7 @@ pub fn encode_block(
         last_doc: docs[n - 1],
         max_tf: f32_at_least(max_tf),
         min_length,
+        max_saturated: f32_at_least(max_saturated),
     };
     let size = header.encoded_size();
     let mut w = ByteWriter::new(&mut out[..size], 0);
@@ -191,6 +211,7 @@ pub fn encode_block(
     w.u32(header.last_doc);
     w.f32(header.max_tf);
     w.f32(header.min_length);
+    w.f32(header.max_saturated);
     let mut pos = w.pos;
     if doc_bits == VARINT {
         w.bytes(&varints);
@@ -263,12 +284,17 @@ mod tests {
     #[test]
     fn blocks_round_trip_with_bounds() {
         let weights = [2.0, 1.0, 0.5];
+        let scoring = TermScoring {
+            weights,
+            k1: 1.2,
+            b: 0.75,
+        };
         let lengths: Vec<f32> = (0..1000).map(|i| 10.0 + (i % 37) as f32).collect();
         for n in [1usize, 2, 5, 127, 128] {
             let docs: Vec<u32> = (0..n as u32).map(|i| 100 + i * 7).collect();
             let counts: Vec<FieldCounts> = (0..n as u32).map(|i| [i % 3, i % 5, 40 + i]).collect();
             let mut buf = vec![0u8; MAX_BLOCK_SIZE];
-            let size = encode_block(99, &docs, &counts, &weights, &lengths, &mut buf);
+            let size = encode_block(99, &docs, &counts, &scoring, &lengths, 25.0, &mut buf);
             let mut r = ByteReader::new(&buf[..size], 0);
             let h = BlockHeader::read(&mut r).unwrap();
             assert_eq!(h.encoded_size(), size);
@@ -282,6 +308,9 @@ mod tests {
                 assert_eq!(out.counts_at(i), counts[i]);
                 assert!(h.max_tf as f64 >= weighted_tf(&weights, &counts[i]));
                 assert!(h.min_length <= lengths[docs[i] as usize]);
+                let tf = weighted_tf(&weights, &counts[i]);
+                let length = lengths[docs[i] as usize] as f64;
+                assert!(h.max_saturated as f64 >= term_score(1.0, tf, length, 25.0, 1.2, 0.75));
             }
         }
     }
@@ -291,7 +320,12 @@ mod tests {
         let counts: Vec<FieldCounts> = docs.iter().map(|_| [1, 0, 0]).collect();
         let lengths = vec![5.0f32; 1 << 16];
         let mut buf = vec![0u8; MAX_BLOCK_SIZE];
-        let size = encode_block(0, docs, &counts, &[1.0; 3], &lengths, &mut buf);
+        let scoring = TermScoring {
+            weights: [1.0; 3],
+            k1: 1.2,
+            b: 0.75,
+        };
+        let size = encode_block(0, docs, &counts, &scoring, &lengths, 5.0, &mut buf);
         buf.truncate(size);
         buf
     }

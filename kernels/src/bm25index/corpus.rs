@@ -219,7 +219,7 @@ mod tests {
         let mut analyzer = Analyzer::new(AnalyzerConfig::default());
         let chosen: Vec<usize> = (0..docs.len()).filter(|&i| which(i)).collect();
         let (segment_docs, append_docs) = chosen.split_at(chosen.len() / 2);
-        let mut builder = SegmentBuilder::new(options.weights_array());
+        let mut builder = SegmentBuilder::new(options.term_scoring());
         for &i in segment_docs {
             let [a, b, c] = &docs[i];
             builder.add(

@@ -64,7 +64,7 @@ fn built_index() -> MemoryStore {
     let mut a = analyzer();
     let mut id = 0;
     for size in [400, 60] {
-        let mut builder = SegmentBuilder::new(options.weights_array());
+        let mut builder = SegmentBuilder::new(options.term_scoring());
         for _ in 0..size {
             builder.add(tid(id), &random_doc(&mut rng, &mut a, &options));
             id += 1;
@@ -237,7 +237,9 @@ fn decreasing_documents_in_a_posting_list_are_corruption() {
     let (mut at_block, mut at) = (first_block, 0);
     store.overwrite(first_block, |page| {
         let start = info.postings_offset as usize;
-        let end = start + 20 + u16::from_le_bytes([page[start + 6], page[start + 7]]) as usize;
+        let end = start
+            + super::codec::BLOCK_HEADER_SIZE
+            + u16::from_le_bytes([page[start + 6], page[start + 7]]) as usize;
         let h = PageHeader::read(page, PageKind::Postings).unwrap();
         (at_block, at) = if end < h.used as usize {
             (first_block, end)

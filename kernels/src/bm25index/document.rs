@@ -158,6 +158,46 @@ impl Scorer {
         }
     }
 
+    /// An upper bound of one term's contribution for the documents of a posting block: the
+    /// lower of [`Scorer::bound`] of its `max_tf` and `min_length` and one from its
+    /// `max_saturated`, the block's best score at idf 1 with the segment's average length
+    /// `written_avg` when it was written. At another average A, a document's score is at most
+    /// max(1, A / written_avg) times its score at `written_avg` (only the length's share of the
+    /// denominator changes, by the factor written_avg / A), so the bound holds while documents
+    /// come and go.
+    pub fn block_bound(
+        &self,
+        term_index: usize,
+        max_tf: f32,
+        min_length: f32,
+        max_saturated: f32,
+        written_avg: f64,
+    ) -> f64 {
+        let corner = self.bound(term_index, max_tf, min_length);
+        match self.saturated_bound(term_index, max_saturated, written_avg) {
+            Some(saturated) => corner.min(saturated),
+            None => corner,
+        }
+    }
+
+    /// The part of [`Scorer::block_bound`] that comes from `max_saturated` alone (None where
+    /// either average length is 0): it grows with `max_saturated`, so blocks ordered by
+    /// `max_saturated` are ordered by it.
+    #[inline]
+    pub fn saturated_bound(
+        &self,
+        term_index: usize,
+        max_saturated: f32,
+        written_avg: f64,
+    ) -> Option<f64> {
+        let idf = self.idf[term_index]?;
+        if !(written_avg > 0.0 && self.avg_length > 0.0) {
+            return None;
+        }
+        let scale = (self.avg_length / written_avg).max(1.0);
+        Some(idf * max_saturated as f64 * scale * (1.0 + 1e-9) + 1e-12)
+    }
+
     /// Score of a document given the counts of each query term in it (None: absent), or None
     /// when it contains no query term that occurs in the corpus.
     pub fn score(&self, counts: &[Option<FieldCounts>], length: f32) -> Option<f64> {
@@ -223,6 +263,86 @@ mod tests {
                 let score = s.term(0, &c, len);
                 assert!(s.bound(0, f32_at_least(weighted_tf(&s.weights, &c)), len) >= score);
             }
+        }
+    }
+
+    #[test]
+    fn block_bound_holds_at_any_average_length() {
+        // A block written at one average length, searched at others (documents added or
+        // removed since): its bound must cover every document's score, and be tighter than the
+        // max_tf / min_length corner where those come from two documents.
+        let (k1, b, weights) = (1.2, 0.75, [2.0, 1.0, 0.5]);
+        let block: Vec<(FieldCounts, f32)> =
+            vec![([9, 0, 30], 900.0), ([1, 0, 0], 4.0), ([0, 3, 2], 40.0)];
+        for written_avg in [5.0, 50.0, 500.0] {
+            let max_saturated = block
+                .iter()
+                .map(|(c, len)| {
+                    crate::bm25::term_score(
+                        1.0,
+                        weighted_tf(&weights, c),
+                        *len as f64,
+                        written_avg,
+                        k1,
+                        b,
+                    )
+                })
+                .fold(0.0, f64::max);
+            let max_tf = block
+                .iter()
+                .map(|(c, _)| weighted_tf(&weights, c))
+                .fold(0.0, f64::max);
+            let min_length = block.iter().map(|(_, l)| *l).fold(f32::INFINITY, f32::min);
+            for total_length in [10.0, 480.0, 5_000.0, 48_000.0, 400_000.0] {
+                let stats = QueryStats {
+                    num_docs: 100,
+                    total_length,
+                    doc_freq: vec![7],
+                };
+                let s = Scorer::new(k1, b, weights, &stats);
+                let bound = s.block_bound(
+                    0,
+                    f32_at_least(max_tf),
+                    min_length,
+                    f32_at_least(max_saturated),
+                    written_avg,
+                );
+                for (c, len) in &block {
+                    assert!(
+                        bound >= s.term(0, c, *len),
+                        "avg {written_avg} -> {}",
+                        s.avg_length
+                    );
+                }
+                assert!(bound <= s.bound(0, f32_at_least(max_tf), min_length));
+            }
+            // At the average it was written with, the bound is the best score itself.
+            let s = Scorer::new(
+                k1,
+                b,
+                weights,
+                &QueryStats {
+                    num_docs: 100,
+                    total_length: written_avg * 100.0,
+                    doc_freq: vec![7],
+                },
+            );
+            let best = block
+                .iter()
+                .map(|(c, l)| s.term(0, c, *l))
+                .fold(0.0, f64::max);
+            let bound = s.block_bound(
+                0,
+                f32_at_least(max_tf),
+                min_length,
+                f32_at_least(max_saturated),
+                written_avg,
+            );
+            assert!(
+                bound >= best && bound <= best * (1.0 + 1e-6) + 1e-9,
+                "{bound} {best}"
+            );
+            assert!(bound < s.bound(0, f32_at_least(max_tf), min_length));
         }
     }
 }

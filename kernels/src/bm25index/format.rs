@@ -13,8 +13,9 @@ use crate::page::{BlockNumber, NO_BLOCK};
 
 /// "PSKB": pg_skills BM25.
 pub const MAGIC: u32 = 0x5053_4b42;
-/// Bumped whenever a layout in this file changes; older indexes then need REINDEX.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped whenever a page layout changes (this file's, or the posting blocks' in `codec`);
+/// older indexes then need REINDEX. 2: blocks carry their best saturated term frequency.
+pub const FORMAT_VERSION: u32 = 2;
 pub const META_BLOCK: BlockNumber = 0;
 /// How errors name this kind of index.
 const INDEX_KIND: &str = "bm25";
@@ -47,7 +48,24 @@ impl Default for IndexOptions {
     }
 }
 
+/// What a posting block's score bound is computed with when the block is written: the field
+/// weights and BM25's k1 and b (the index's own, fixed at CREATE INDEX).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TermScoring {
+    pub weights: [f64; 3],
+    pub k1: f64,
+    pub b: f64,
+}
+
 impl IndexOptions {
+    pub fn term_scoring(&self) -> TermScoring {
+        TermScoring {
+            weights: self.weights_array(),
+            k1: self.k1,
+            b: self.b,
+        }
+    }
+
     pub fn weights_array(&self) -> [f64; 3] {
         [
             self.weights.name,

@@ -122,7 +122,7 @@ pub fn merge_segments<S: PageWrite>(
         .collect::<Result<_, _>>()?;
     // Read (and checked) before anything is written, so a damaged input stops the merge early.
     let old_pages = owned_pages(&readers)?;
-    let weights = meta.options.weights_array();
+    let scoring = meta.options.term_scoring();
 
     // New ids: live documents of each input in order.
     let mut docs = Vec::new();
@@ -142,7 +142,7 @@ pub fn merge_segments<S: PageWrite>(
         remap.push(map);
     }
 
-    let mut writer = SegmentWriter::new(store, weights, docs);
+    let mut writer = SegmentWriter::new(store, scoring, docs);
     let mut iters = Vec::with_capacity(readers.len());
     let mut heads: Vec<Option<(Vec<u8>, TermInfo)>> = Vec::with_capacity(readers.len());
     for r in &readers {
@@ -225,7 +225,7 @@ pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool,
     // Read (and checked) before anything is written.
     let docs = live_documents(store, frozen)?;
     let old_pages = append::chain_pages(store, frozen)?;
-    let mut builder = SegmentBuilder::new(meta.options.weights_array());
+    let mut builder = SegmentBuilder::new(meta.options.term_scoring());
     for (tid, doc) in &docs {
         builder.add(*tid, doc);
     }

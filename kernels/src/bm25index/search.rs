@@ -9,7 +9,7 @@
 //! that tie the k-th score are still compared by TID: the result is exactly the sequential
 //! scorer's top-k.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use super::append::{for_each_record, read_meta};
 use super::dictionary::TermInfo;
 use super::document::{stored_length, FieldCounts, QueryStats, Scorer};
 use super::format::{Corrupt, Meta, Tid};
-use super::segment::{PostingCursor, SegmentReader, END};
+use super::segment::{written_avg_length, PostingCursor, SegmentReader, END};
 use crate::page::{BlockNumber, PageRead, NO_BLOCK};
 
 /// A segment's document table in memory — what scoring reads for every candidate — so a query
@@ -323,6 +323,18 @@ impl<S: PageRead> PreparedQuery<'_, S> {
         if terms.is_empty() {
             return Ok(());
         }
+        let written_avg = written_avg_length(reader.desc.total_length, reader.desc.num_docs);
+        if let [term] = &mut terms[..] {
+            return one_term(
+                scorer,
+                term.index,
+                term.bound,
+                &mut term.cursor,
+                docs,
+                written_avg,
+                top,
+            );
+        }
         terms.sort_by(|a, b| a.bound.total_cmp(&b.bound));
         // prefix[i] = Σ bounds of terms[..i]
         let mut prefix = vec![0.0; terms.len() + 1];
@@ -334,7 +346,13 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             let sequence = t.cursor.block_sequence();
             if t.block_bound_of != sequence {
                 let h = t.cursor.block_header();
-                t.block_bound = scorer.bound(t.index, h.max_tf, h.min_length);
+                t.block_bound = scorer.block_bound(
+                    t.index,
+                    h.max_tf,
+                    h.min_length,
+                    h.max_saturated,
+                    written_avg,
+                );
                 t.block_bound_of = sequence;
             }
             t.block_bound
@@ -447,6 +465,79 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             }
         }
     }
+}
+
+/// A segment in which one query term has postings (the others are absent or in no document).
+/// Every block's header is read first; then the blocks are decoded best bound first, so the
+/// k-th score rises at once and the walk stops at the first block whose bound is below it.
+/// Each score is the one the general loop gives (its one contribution, summed there with
+/// zeros), and the top k do not depend on the order hits are offered in, so hits are the same.
+fn one_term<S: PageRead>(
+    scorer: &Scorer,
+    index: usize,
+    list_bound: f64,
+    cursor: &mut PostingCursor<'_, S>,
+    docs: &DocTable,
+    written_avg: f64,
+    top: &mut TopK,
+) -> Result<(), Corrupt> {
+    if cursor.doc() == END || list_bound < top.threshold() {
+        return Ok(());
+    }
+    let mut places = Vec::with_capacity(cursor.blocks_left() as usize);
+    let mut best = Vec::with_capacity(places.capacity());
+    loop {
+        let place = cursor.block_place();
+        // max_saturated is ≥ 0 (checked when read), where an f32's bits order as its value does
+        // (a -0.0 is taken as 0).
+        let saturated = place.header.max_saturated;
+        let key = if saturated > 0.0 {
+            saturated.to_bits()
+        } else {
+            0
+        };
+        best.push((key, Reverse(places.len())));
+        places.push(place);
+        if !cursor.next_block()? {
+            break;
+        }
+    }
+    // Blocks by max_saturated, the largest first (earlier blocks first among equal ones), from a
+    // heap: only the few blocks above the k-th score are ever taken. The bound from
+    // max_saturated alone falls in that order, so the first one below the k-th score ends the
+    // walk; a block's full bound (lower still, or the only one where an average length is 0)
+    // decides whether it is read.
+    let mut best = BinaryHeap::from(best);
+    while let Some((_, Reverse(at))) = best.pop() {
+        let h = &places[at].header;
+        let theta = top.threshold();
+        if scorer
+            .saturated_bound(index, h.max_saturated, written_avg)
+            .is_some_and(|bound| bound < theta)
+        {
+            break;
+        }
+        if scorer.block_bound(index, h.max_tf, h.min_length, h.max_saturated, written_avg) < theta {
+            continue;
+        }
+        let (block_docs, counts) = cursor.decode_block_at(&places[at])?;
+        for (i, &d) in block_docs.iter().enumerate() {
+            let length = docs.lengths[d as usize];
+            if length.is_nan() {
+                continue;
+            }
+            let score = scorer.term(index, &[counts[0][i], counts[1][i], counts[2][i]], length);
+            // Below the k-th score a hit cannot enter (ties are for `offer` to order).
+            if score >= top.threshold() {
+                top.offer(SearchHit {
+                    tid: docs.tids[d as usize],
+                    fingerprint: docs.fingerprints[d as usize],
+                    score,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when a partial sum (added in another order than the final score) is certainly below θ.

@@ -13,7 +13,7 @@ use super::dictionary::{self, TermInfo};
 use super::document::{stored_length, AnalyzedDoc, FieldCounts};
 use super::format::{
     check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind,
-    SegmentDesc, Tid, FIRST_DATA_BLOCK, HEADER_SIZE,
+    SegmentDesc, TermScoring, Tid, FIRST_DATA_BLOCK, HEADER_SIZE,
 };
 use crate::page::{check_block, BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
 
@@ -89,14 +89,23 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
         &mut self,
         docs: &[u32],
         counts: &[FieldCounts],
-        weights: &[f64; 3],
+        scoring: &TermScoring,
         lengths: &[f32],
+        avg_length: f64,
     ) -> TermInfo {
         let mut first = None;
         let mut previous_last = 0;
         let (mut max_tf, mut min_length) = (0f32, f32::INFINITY);
         for (d, c) in docs.chunks(BLOCK_LEN).zip(counts.chunks(BLOCK_LEN)) {
-            let size = encode_block(previous_last, d, c, weights, lengths, &mut self.scratch);
+            let size = encode_block(
+                previous_last,
+                d,
+                c,
+                scoring,
+                lengths,
+                avg_length,
+                &mut self.scratch,
+            );
             previous_last = *d.last().expect("chunks are not empty");
             let header = BlockHeader::read(&mut ByteReader::new(&self.scratch, 0))
                 .expect("a block just encoded reads back");
@@ -128,23 +137,40 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
     }
 }
 
+/// The average document length a segment's blocks were written with (their `max_saturated`):
+/// its total length over its documents, both of which its description keeps.
+pub fn written_avg_length(total_length: f64, num_docs: u32) -> f64 {
+    if num_docs == 0 {
+        0.0
+    } else {
+        total_length / num_docs as f64
+    }
+}
+
 /// Writes a segment whose documents are known up front and whose terms arrive in byte order.
 pub struct SegmentWriter<'s, S: PageWrite + 's> {
     store: &'s S,
-    weights: [f64; 3],
+    scoring: TermScoring,
     docs: Vec<DocRow>,
     lengths: Vec<f32>,
+    /// Σ lengths, and the average the blocks' `max_saturated` is computed with: the segment's
+    /// own, which a search reads back from its description.
+    total_length: f64,
+    avg_length: f64,
     postings: PostingsWriter<'s, S>,
     dictionary: Vec<(Vec<u8>, TermInfo)>,
 }
 
 impl<'s, S: PageWrite> SegmentWriter<'s, S> {
     /// `docs[i]` is document `i`.
-    pub fn new(store: &'s S, weights: [f64; 3], docs: Vec<DocRow>) -> Self {
+    pub fn new(store: &'s S, scoring: TermScoring, docs: Vec<DocRow>) -> Self {
         let lengths = docs.iter().map(|d| d.length).collect();
+        let total_length: f64 = docs.iter().map(|d| d.length as f64).sum();
         SegmentWriter {
             store,
-            weights,
+            scoring,
+            avg_length: written_avg_length(total_length, docs.len() as u32),
+            total_length,
             docs,
             lengths,
             postings: PostingsWriter::new(store),
@@ -159,9 +185,9 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
                 .is_none_or(|(t, _)| t.as_slice() < term),
             "terms arrive sorted"
         );
-        let info = self
-            .postings
-            .write_list(docs, counts, &self.weights, &self.lengths);
+        let info =
+            self.postings
+                .write_list(docs, counts, &self.scoring, &self.lengths, self.avg_length);
         self.dictionary.push((term.to_vec(), info));
     }
 
@@ -171,6 +197,7 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
             docs,
             postings,
             dictionary,
+            total_length,
             ..
         } = self;
         let (postings_head, postings_pages) = postings.finish();
@@ -222,7 +249,7 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
             directory_head: directory.first().copied().unwrap_or(NO_BLOCK),
             num_docs: docs.len() as u32,
             num_terms: dictionary.len() as u32,
-            total_length: docs.iter().map(|d| d.length as f64).sum(),
+            total_length,
             has_tombstones: false,
             num_pages: postings_pages + dict_pages + (doc_pages.len() + directory.len()) as u32,
         }
@@ -231,16 +258,16 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
 
 /// An in-memory inverted index of analyzed documents, written out as one segment.
 pub struct SegmentBuilder {
-    weights: [f64; 3],
+    scoring: TermScoring,
     docs: Vec<DocRow>,
     terms: HashMap<String, (Vec<u32>, Vec<FieldCounts>)>,
     memory: usize,
 }
 
 impl SegmentBuilder {
-    pub fn new(weights: [f64; 3]) -> Self {
+    pub fn new(scoring: TermScoring) -> Self {
         SegmentBuilder {
-            weights,
+            scoring,
             docs: Vec::new(),
             terms: HashMap::new(),
             memory: 0,
@@ -251,7 +278,7 @@ impl SegmentBuilder {
         let id = self.docs.len() as u32;
         self.docs.push(DocRow {
             tid,
-            length: stored_length(&self.weights, &doc.lengths),
+            length: stored_length(&self.scoring.weights, &doc.lengths),
             fingerprint: doc.fingerprint,
         });
         self.memory += 16;
@@ -284,14 +311,14 @@ impl SegmentBuilder {
 
     pub fn write<S: PageWrite>(self, store: &S) -> SegmentDesc {
         let SegmentBuilder {
-            weights,
+            scoring,
             docs,
             terms,
             ..
         } = self;
         let mut sorted: Vec<_> = terms.into_iter().collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut writer = SegmentWriter::new(store, weights, docs);
+        let mut writer = SegmentWriter::new(store, scoring, docs);
         for (term, (docs, counts)) in sorted {
             writer.add_term(term.as_bytes(), &docs, &counts);
         }
@@ -513,6 +540,15 @@ pub fn set_tombstones(
 /// End of a posting list.
 pub const END: u32 = u32::MAX;
 
+/// A block of a posting list, as a walk found it (its header checked against the list).
+#[derive(Clone, Copy, Debug)]
+pub struct BlockPlace {
+    pub header: BlockHeader,
+    data_at: (BlockNumber, u16),
+    previous_last: u32,
+    sequence: u32,
+}
+
 /// Walks one posting list block by block; skips blocks by their headers without decoding them.
 ///
 /// What it checks, so that a damaged list is an error and never a loop or a wrong index: the
@@ -564,6 +600,7 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
                 last_doc: 0,
                 max_tf: 0.0,
                 min_length: 0.0,
+                max_saturated: 0.0,
             },
             data_at: (NO_BLOCK, 0),
             next_at: (info.postings_block, info.postings_offset),
@@ -595,21 +632,7 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             self.previous_last = self.header.last_doc;
         }
         if self.next_at.0 != self.data_at.0 {
-            // A new page: long lists cross many. Its bytes in use are copied once; the blocks
-            // on it are read from the copy.
-            crate::interrupt::check();
-            let blkno = check_block(
-                self.store,
-                self.next_at.0,
-                FIRST_DATA_BLOCK,
-                "a posting list's next block",
-            )?;
-            let page = self.store.read(blkno);
-            let page_header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
-            self.page.clear();
-            self.page
-                .extend_from_slice(&page[..page_header.used as usize]);
-            self.page_next = page_header.next;
+            self.load_page(self.next_at.0)?;
         }
         let blkno = self.next_at.0;
         let (header, data_at, next_at) =
@@ -623,6 +646,25 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         self.decoded = false;
         self.index = 0;
         Ok(true)
+    }
+
+    /// Copies posting page `blkno` into `page`: long lists cross many pages, and the blocks on
+    /// one are read from the copy.
+    fn load_page(&mut self, blkno: BlockNumber) -> Result<(), Corrupt> {
+        crate::interrupt::check();
+        let blkno = check_block(
+            self.store,
+            blkno,
+            FIRST_DATA_BLOCK,
+            "a posting list's next block",
+        )?;
+        let page = self.store.read(blkno);
+        let page_header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
+        self.page.clear();
+        self.page
+            .extend_from_slice(&page[..page_header.used as usize]);
+        self.page_next = page_header.next;
+        Ok(())
     }
 
     /// A block's header agrees with its place in the list (`remaining` still counts it).
@@ -723,6 +765,56 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         self.index += docs[self.index..].partition_point(|&d| d < target);
         self.doc = docs[self.index];
         Ok(())
+    }
+
+    /// Where the current block is, to decode it later with [`Self::decode_block_at`] (after the
+    /// walk has moved on): a search by one term reads every header first, then decodes the
+    /// blocks with the best bounds first.
+    pub fn block_place(&self) -> BlockPlace {
+        BlockPlace {
+            header: self.header,
+            data_at: self.data_at,
+            previous_last: self.previous_last,
+            sequence: self.blocks_loaded,
+        }
+    }
+
+    /// Decodes a block of this list that [`Self::block_place`] recorded, which becomes the
+    /// current block, and returns its documents and per-field count arrays.
+    pub fn decode_block_at(
+        &mut self,
+        place: &BlockPlace,
+    ) -> Result<(&[u32], &[[u32; BLOCK_LEN]; 3]), Corrupt> {
+        if place.data_at.0 != self.data_at.0 {
+            self.load_page(place.data_at.0)?;
+        }
+        self.header = place.header;
+        self.data_at = place.data_at;
+        self.previous_last = place.previous_last;
+        self.blocks_loaded = place.sequence;
+        self.decode()?;
+        self.index = 0;
+        Ok((&self.block.docs[..self.header.len], &self.block.counts))
+    }
+
+    /// Blocks from the current one to the end of the list.
+    pub fn blocks_left(&self) -> u32 {
+        self.remaining + u32::from(self.doc != END)
+    }
+
+    /// Moves to the next block by its header alone; false at the end of the list. A walk by
+    /// headers does not track the current document: read blocks with
+    /// [`Self::decode_block_at`] after it, not [`Self::doc`].
+    pub fn next_block(&mut self) -> Result<bool, Corrupt> {
+        if self.doc == END {
+            return Ok(false);
+        }
+        if self.load_next_header()? {
+            Ok(true)
+        } else {
+            self.doc = END;
+            Ok(false)
+        }
     }
 
     /// Moves (by headers only) to the block that would hold `target` and returns its header;

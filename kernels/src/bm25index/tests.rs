@@ -223,7 +223,7 @@ impl Harness {
 
     /// CREATE INDEX: documents into builders that spill past `budget` bytes, then one merge.
     fn build(&mut self, n: usize, budget: usize) {
-        let mut builder = SegmentBuilder::new(self.options.weights_array());
+        let mut builder = SegmentBuilder::new(self.options.term_scoring());
         for _ in 0..n {
             let doc = random_doc(&mut self.rng);
             let id = self.next_id;
@@ -234,7 +234,7 @@ impl Harness {
             if builder.memory_bytes() > budget {
                 let full = std::mem::replace(
                     &mut builder,
-                    SegmentBuilder::new(self.options.weights_array()),
+                    SegmentBuilder::new(self.options.term_scoring()),
                 );
                 let segment = full.write(&self.store);
                 add_segment(&self.store, segment, &NoReaders).unwrap();
@@ -315,8 +315,18 @@ impl Harness {
     /// still count in the statistics (as they do in the index until VACUUM removes them) and
     /// are filtered out of its results.
     fn check_against(&mut self, reference: &mut ReferenceScorer, queries: usize) {
+        self.check_queries_of(reference, queries, 8);
+    }
+
+    /// [`Self::check_against`] with queries of 1 to `max_words` words.
+    fn check_queries_of(
+        &mut self,
+        reference: &mut ReferenceScorer,
+        queries: usize,
+        max_words: u64,
+    ) {
         for q in 0..queries {
-            let query = text(&mut self.rng, 1, 8);
+            let query = text(&mut self.rng, 1, max_words);
             for k in [1usize, 10, 1000] {
                 let live = &self.live;
                 let want = reference.search(&query, Some(k), |id| live.contains_key(&id));
@@ -375,6 +385,26 @@ fn segments_wider_than_a_window_match_reference() {
         h.check_against(&mut before_deletes, 8);
         h.delete_some(10);
         h.check_against(&mut before_deletes, 8);
+    }
+}
+
+/// One-word queries take their own path (every block header read, the best blocks decoded
+/// first): over several segments, a wide one, with deleted documents and an append area.
+#[test]
+fn one_term_queries_match_reference() {
+    for seed in seeds().into_iter().take(3) {
+        println!("seed {seed}");
+        let mut h = Harness::new(seed, 8168);
+        h.build(6_000, 1 << 30);
+        // Inserted after the build: the append area, and the segments its merges write.
+        for _ in 0..800 {
+            h.insert();
+        }
+        assert!(read_meta_segments(&h.store) > 1);
+        let mut reference = h.reference();
+        h.check_queries_of(&mut reference, 40, 1);
+        h.delete_some(10);
+        h.check_queries_of(&mut reference, 40, 1);
     }
 }
 
