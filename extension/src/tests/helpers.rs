@@ -57,9 +57,13 @@ pub fn search(sql_args: &str) -> Vec<(i64, f64)> {
 }
 
 /// Drops the extension's bm25 index inside this (rolled back) test, so skills.search uses
-/// the reference scan. Taken first, the lock orders this test after concurrent ones: the
-/// shared index also counts their uncommitted and aborted rows until a VACUUM.
+/// the reference scan. Taken first, the table's lock orders this test after concurrent ones:
+/// the shared index also counts their uncommitted and aborted rows until a VACUUM. Before it,
+/// the loader's lock, as in [`without_content_hash_constraint`]: a concurrent test's load holds
+/// that lock while it waits for the table, and a test that locked the table first and then
+/// loaded waited for the loader's lock (a deadlock seen in CI).
 pub fn without_index() {
+    exec("SELECT pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'))");
     exec("LOCK TABLE skills.skill IN ACCESS EXCLUSIVE MODE");
     exec("DROP INDEX skills.skill_bm25");
 }
