@@ -13,7 +13,8 @@ const SHORT: usize = 128;
 
 const NO_RANK: u32 = u32::MAX;
 
-/// Merged pieces whose counts a thread remembers (about 3 MB at most).
+/// Merged pieces whose counts a thread remembers: at most about 5 MB of pieces of up to 128
+/// bytes.
 const REMEMBERED: usize = 1 << 15;
 
 thread_local! {

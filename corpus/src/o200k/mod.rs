@@ -24,7 +24,8 @@ pub struct O200k {
 const CHECK_BYTES: usize = 64 * 1024;
 
 impl O200k {
-    /// The process's tables, built on first use (tens of milliseconds).
+    /// The process's tables, built on first use (from tiktoken-rs's table, itself built and
+    /// dropped then).
     pub fn get() -> &'static O200k {
         static TABLES: OnceLock<O200k> = OnceLock::new();
         TABLES.get_or_init(|| O200k {

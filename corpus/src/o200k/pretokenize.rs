@@ -21,17 +21,15 @@ use super::classes::{Classes, LETTER, LOWER, NUMBER, SPACE, UPPER};
 
 /// The pieces of a text, in order; together they are the whole text.
 pub struct Pieces<'a> {
-    text: &'a str,
+    scanner: Scanner<'a>,
     pos: usize,
-    classes: &'a Classes,
 }
 
 impl<'a> Pieces<'a> {
     pub fn new(text: &'a str, classes: &'a Classes) -> Pieces<'a> {
         Pieces {
-            text,
+            scanner: Scanner { text, classes },
             pos: 0,
-            classes,
         }
     }
 }
@@ -40,17 +38,13 @@ impl<'a> Iterator for Pieces<'a> {
     type Item = &'a str;
 
     fn next(&mut self) -> Option<&'a str> {
-        if self.pos >= self.text.len() {
+        let text = self.scanner.text;
+        if self.pos >= text.len() {
             return None;
         }
         let start = self.pos;
-        let end = Scanner {
-            text: self.text,
-            classes: self.classes,
-        }
-        .piece_end(start);
-        self.pos = end;
-        Some(&self.text[start..end])
+        self.pos = self.scanner.piece_end(start);
+        Some(&text[start..self.pos])
     }
 }
 

@@ -3,10 +3,10 @@
 //! block's last document and the bounds block-max pruning needs.
 //!
 //! Layout: `n u8 | doc bits u8 | count bits u8 ×3 | pad u8 | payload bytes u16 | last_doc u32 |
-//! max_tf f32 | min_length f32 | max_saturated f32 | payload`. A full block's payload is the bit-packed doc deltas and
-//! the three count arrays; a partial block (the tail of a list, and most of a vocabulary's rare
-//! terms) would waste most of a padded 128-value pack, so its payload is LEB128 varints instead
-//! (doc bits = [`VARINT`]).
+//! max_tf f32 | min_length f32 | max_saturated f32 | payload`. A full block's payload is the
+//! bit-packed doc deltas and the three count arrays; a partial block (the tail of a list, and
+//! most of a vocabulary's rare terms) would waste most of a padded 128-value pack, so its payload
+//! is LEB128 varints instead (doc bits = [`VARINT`]).
 
 use bitpacking::{BitPacker, BitPacker4x};
 
@@ -54,7 +54,7 @@ pub struct BlockHeader {
     /// Smallest stored document length in the block.
     pub min_length: f32,
     /// The block's largest term score at idf 1, rounded up, with the index's k1 and b and the
-    /// segment's average document length when it was written ([`BlockHeader::saturated_bound`]).
+    /// segment's average document length when it was written (see `Scorer::block_bound`).
     /// Tighter than the bound of `max_tf` and `min_length`, which may come from two documents.
     pub max_saturated: f32,
 }
@@ -88,7 +88,7 @@ impl BlockHeader {
             last_doc: r.u32()?,
             max_tf: check_non_negative(r.f32()?, "a posting block's max tf")?,
             min_length: check_non_negative(r.f32()?, "a posting block's min length")?,
-            max_saturated: check_non_negative(r.f32()?, "a posting block's max saturated tf")?,
+            max_saturated: check_non_negative(r.f32()?, "a posting block's best score")?,
         };
         // Only full blocks are bit-packed; a varint block spends 1 to 5 bytes on each of the
         // four values of a posting.

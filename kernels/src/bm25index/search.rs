@@ -29,6 +29,16 @@ pub struct DocTable {
 }
 
 impl DocTable {
+    /// Document `d`'s hit at `score`.
+    #[inline]
+    fn hit(&self, d: u32, score: f64) -> SearchHit {
+        SearchHit {
+            tid: self.tids[d as usize],
+            fingerprint: self.fingerprints[d as usize],
+            score,
+        }
+    }
+
     fn load<S: PageRead>(reader: &SegmentReader<'_, S>) -> Result<DocTable, Corrupt> {
         // Check `num_docs` against the document pages the segment has before sizing by it.
         reader.document_pages()?;
@@ -450,12 +460,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                     }
                 }
                 if complete {
-                    let score = contributions.iter().sum();
-                    top.offer(SearchHit {
-                        tid: docs.tids[d as usize],
-                        fingerprint: docs.fingerprints[d as usize],
-                        score,
-                    });
+                    top.offer(docs.hit(d, contributions.iter().sum()));
                 }
             }
             for t in terms[essential..].iter_mut() {
@@ -529,11 +534,7 @@ fn one_term<S: PageRead>(
             let score = scorer.term(index, &[counts[0][i], counts[1][i], counts[2][i]], length);
             // Below the k-th score a hit cannot enter (ties are for `offer` to order).
             if score >= top.threshold() {
-                top.offer(SearchHit {
-                    tid: docs.tids[d as usize],
-                    fingerprint: docs.fingerprints[d as usize],
-                    score,
-                });
+                top.offer(docs.hit(d, score));
             }
         }
     }

@@ -153,10 +153,9 @@ pub struct SegmentWriter<'s, S: PageWrite + 's> {
     scoring: TermScoring,
     docs: Vec<DocRow>,
     lengths: Vec<f32>,
-    /// Σ lengths, and the average the blocks' `max_saturated` is computed with: the segment's
-    /// own, which a search reads back from its description.
+    /// Σ lengths: with the documents, the average the blocks' `max_saturated` is computed with
+    /// ([`written_avg_length`]), which a search reads back from the segment's description.
     total_length: f64,
-    avg_length: f64,
     postings: PostingsWriter<'s, S>,
     dictionary: Vec<(Vec<u8>, TermInfo)>,
 }
@@ -169,13 +168,16 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
         SegmentWriter {
             store,
             scoring,
-            avg_length: written_avg_length(total_length, docs.len() as u32),
             total_length,
             docs,
             lengths,
             postings: PostingsWriter::new(store),
             dictionary: Vec::new(),
         }
+    }
+
+    fn avg_length(&self) -> f64 {
+        written_avg_length(self.total_length, self.docs.len() as u32)
     }
 
     pub fn add_term(&mut self, term: &[u8], docs: &[u32], counts: &[FieldCounts]) {
@@ -185,9 +187,13 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
                 .is_none_or(|(t, _)| t.as_slice() < term),
             "terms arrive sorted"
         );
-        let info =
-            self.postings
-                .write_list(docs, counts, &self.scoring, &self.lengths, self.avg_length);
+        let info = self.postings.write_list(
+            docs,
+            counts,
+            &self.scoring,
+            &self.lengths,
+            self.avg_length(),
+        );
         self.dictionary.push((term.to_vec(), info));
     }
 
