@@ -69,6 +69,9 @@ struct Args {
     /// Passes over the queries in `--in-process` (the first warms caches; the last is timed).
     #[arg(long, default_value_t = 3)]
     passes: usize,
+    /// Keep only the queries of this many distinct analyzed terms (for profiling one length).
+    #[arg(long)]
+    query_terms: Option<usize>,
 }
 
 use pg_skills_kernels::rng::SplitMix64 as Rng;
@@ -232,6 +235,11 @@ fn main() {
             t.len()
         })
         .collect();
+    let (queries, query_terms): (Vec<String>, Vec<usize>) = queries
+        .into_iter()
+        .zip(query_terms)
+        .filter(|(_, n)| args.query_terms.is_none_or(|want| *n == want))
+        .unzip();
 
     if args.in_process {
         for &n in &args.sizes {

@@ -231,22 +231,14 @@ fn long_list(store: &MemoryStore) -> TermInfo {
 fn decreasing_documents_in_a_posting_list_are_corruption() {
     let store = built_index();
     let info = long_list(&store);
-    // The second block's recorded last document, set below the first block's. It follows
-    // the first on its page, or starts the next posting page.
-    let first_block = info.postings_block;
-    let (mut at_block, mut at) = (first_block, 0);
-    store.overwrite(first_block, |page| {
-        let start = info.postings_offset as usize;
-        let end = start
-            + super::codec::BLOCK_HEADER_SIZE
-            + u16::from_le_bytes([page[start + 6], page[start + 7]]) as usize;
-        let h = PageHeader::read(page, PageKind::Postings).unwrap();
-        (at_block, at) = if end < h.used as usize {
-            (first_block, end)
-        } else {
-            (h.next, HEADER_SIZE)
-        };
-    });
+    // The second block's recorded last document, set below the first block's.
+    let (at_block, at) = {
+        let meta = read_meta(&store).unwrap();
+        let reader = SegmentReader::open(&store, meta.segments[0]).unwrap();
+        let mut cursor = reader.postings(&info).unwrap();
+        let (blkno, offset) = cursor.block_entries().unwrap()[1].at;
+        (blkno, offset as usize)
+    };
     store.overwrite(at_block, |page| {
         page[at + 8..at + 12].copy_from_slice(&1u32.to_le_bytes())
     });
@@ -328,4 +320,74 @@ fn a_garbage_page_header_is_an_error() {
     let store = built_index();
     store.overwrite(head, |page| page[..HEADER_SIZE].fill(0));
     assert!(search_err(&store).to_string().contains("data corruption"));
+}
+
+#[test]
+fn skip_entries_that_disagree_with_the_list_are_corruption() {
+    use super::skips::{has_skips, SKIP_ENTRY_SIZE};
+    let store = built_index();
+    let info = long_list(&store);
+    assert!(has_skips(info.doc_freq), "the list has skip entries");
+    let walk = |store: &MemoryStore| -> Result<u32, Corrupt> {
+        let meta = read_meta(store).unwrap();
+        let reader = SegmentReader::open(store, meta.segments[0]).unwrap();
+        let mut cursor = reader.postings(&info)?;
+        let mut n = 0;
+        while cursor.doc() != super::segment::END {
+            cursor.next()?;
+            n += 1;
+        }
+        Ok(n)
+    };
+    assert_eq!(walk(&store).unwrap(), info.doc_freq);
+    // The entries start where the dictionary points; the second one follows the first on its
+    // page or starts the next page.
+    let second = |store: &MemoryStore| {
+        let (blkno, offset) = (info.postings_block, info.postings_offset as usize);
+        let mut out = (blkno, offset + SKIP_ENTRY_SIZE);
+        store.overwrite(blkno, |page| {
+            let h = PageHeader::read(page, PageKind::Postings).unwrap();
+            if offset + 2 * SKIP_ENTRY_SIZE > h.used as usize {
+                out = (h.next, HEADER_SIZE);
+            }
+        });
+        out
+    };
+
+    // Last documents that do not rise.
+    let damaged = built_index();
+    let (blkno, at) = second(&damaged);
+    damaged.overwrite(blkno, |page| {
+        page[at..at + 4].copy_from_slice(&0u32.to_le_bytes())
+    });
+    let err = walk(&damaged).unwrap_err();
+    assert!(err.what.contains("skip entry ends at document 0"), "{err}");
+    assert_eq!(err.block, Some(blkno));
+
+    // A best score that is not the block's.
+    let damaged = built_index();
+    let (blkno, at) = second(&damaged);
+    damaged.overwrite(blkno, |page| {
+        page[at + 4..at + 8].copy_from_slice(&1000f32.to_le_bytes())
+    });
+    let err = walk(&damaged).unwrap_err();
+    assert!(err.what.contains("disagrees with its skip entry"), "{err}");
+
+    // An entry that points at the wrong place of the list's page.
+    let damaged = built_index();
+    let (blkno, at) = second(&damaged);
+    damaged.overwrite(blkno, |page| {
+        let offset = u16::from_le_bytes([page[at + 12], page[at + 13]]);
+        page[at + 12..at + 14].copy_from_slice(&(offset + 2).to_le_bytes())
+    });
+    assert!(walk(&damaged).is_err());
+
+    // An entry past the end of the relation.
+    let damaged = built_index();
+    let (blkno, at) = second(&damaged);
+    damaged.overwrite(blkno, |page| {
+        page[at + 8..at + 12].copy_from_slice(&u32::MAX.to_le_bytes())
+    });
+    let err = walk(&damaged).unwrap_err();
+    assert!(err.what.contains("next block is missing"), "{err}");
 }

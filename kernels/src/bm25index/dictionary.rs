@@ -204,10 +204,10 @@ fn find_in_leaf(page: &[u8], term: &[u8]) -> Result<Option<TermInfo>, Corrupt> {
     let (header, mut r) = level_page(page, 0)?;
     for _ in 0..header.count {
         let key = read_term(&mut r)?;
-        let info = read_info(&mut r)?;
         match key.cmp(term) {
-            std::cmp::Ordering::Less => continue,
-            std::cmp::Ordering::Equal => return Ok(Some(info)),
+            // Only the entry found is read and checked; the others are stepped over.
+            std::cmp::Ordering::Less => r.bytes(LEAF_FIXED - 1).map(drop)?,
+            std::cmp::Ordering::Equal => return read_info(&mut r).map(Some),
             std::cmp::Ordering::Greater => return Ok(None),
         }
     }

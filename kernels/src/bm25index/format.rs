@@ -14,8 +14,9 @@ use crate::page::{BlockNumber, NO_BLOCK};
 /// "PSKB": pg_skills BM25.
 pub const MAGIC: u32 = 0x5053_4b42;
 /// Bumped whenever a page layout changes (this file's, or the posting blocks' in `codec`);
-/// older indexes then need REINDEX. 2: blocks carry their best saturated term frequency.
-pub const FORMAT_VERSION: u32 = 2;
+/// older indexes then need REINDEX. 2: blocks carry their best saturated term frequency. 3:
+/// long lists have skip entries after their blocks (`skips`).
+pub const FORMAT_VERSION: u32 = 3;
 pub const META_BLOCK: BlockNumber = 0;
 /// How errors name this kind of index.
 const INDEX_KIND: &str = "bm25";

@@ -21,6 +21,7 @@ pub mod format;
 pub mod maintenance;
 pub mod search;
 pub mod segment;
+pub mod skips;
 
 pub use corpus::Corpus;
 pub use document::{analyze, query_terms, AnalyzedDoc, QueryStats, Scorer};

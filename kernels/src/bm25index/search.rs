@@ -198,15 +198,18 @@ pub fn try_prepare<'s, S: PageRead>(
     }
 
     // The append area: documents may be split into parts, so join by TID first.
-    let index_of: HashMap<&[u8], usize> = terms
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_bytes(), i))
-        .collect();
+    let mut index_of: HashMap<&[u8], usize> = HashMap::new();
     let mut docs: HashMap<Tid, ([u32; 3], Vec<Option<FieldCounts>>, u64)> = HashMap::new();
     for head in [meta.frozen_head, meta.append_head] {
         if head == NO_BLOCK {
             continue;
+        }
+        if index_of.is_empty() {
+            index_of = terms
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.as_bytes(), i))
+                .collect();
         }
         for_each_record(store, head, |rec| {
             if rec.deleted {
@@ -316,34 +319,40 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             block_bound: f64,
             block_bound_of: u32,
         }
-        let mut terms: Vec<Term<S>> = Vec::new();
-        for (i, info) in infos.iter().enumerate() {
-            let Some(info) = info else { continue };
-            if scorer.idf[i].is_none() {
-                continue;
-            }
+        let written_avg = written_avg_length(reader.desc.total_length, reader.desc.num_docs);
+        let scored: Vec<(usize, &TermInfo)> = infos
+            .iter()
+            .enumerate()
+            .filter_map(|(i, info)| Some((i, info.as_ref()?)))
+            .filter(|(i, _)| scorer.idf[*i].is_some())
+            .collect();
+        // A long list's skip entries give a tighter bound than the dictionary's corner.
+        let list_bound =
+            |i: usize, info: &TermInfo, cursor: &PostingCursor<S>| match cursor.list_saturated() {
+                Some(saturated) => {
+                    scorer.block_bound(i, info.max_tf, info.min_length, saturated, written_avg)
+                }
+                None => scorer.bound(i, info.max_tf, info.min_length),
+            };
+        if let [(i, info)] = scored[..] {
+            let mut cursor = reader.block_cursor(info)?;
+            let bound = list_bound(i, info, &cursor);
+            return one_term(scorer, i, bound, &mut cursor, docs, written_avg, top);
+        }
+        let mut terms: Vec<Term<S>> = Vec::with_capacity(scored.len());
+        for (i, info) in scored {
+            let cursor = reader.postings(info)?;
+            let bound = list_bound(i, info, &cursor);
             terms.push(Term {
                 index: i,
-                bound: scorer.bound(i, info.max_tf, info.min_length),
-                cursor: reader.postings(info)?,
+                bound,
+                cursor,
                 block_bound: 0.0,
                 block_bound_of: 0,
             });
         }
         if terms.is_empty() {
             return Ok(());
-        }
-        let written_avg = written_avg_length(reader.desc.total_length, reader.desc.num_docs);
-        if let [term] = &mut terms[..] {
-            return one_term(
-                scorer,
-                term.index,
-                term.bound,
-                &mut term.cursor,
-                docs,
-                written_avg,
-                top,
-            );
         }
         terms.sort_by(|a, b| a.bound.total_cmp(&b.bound));
         // prefix[i] = Σ bounds of terms[..i]
@@ -473,10 +482,11 @@ impl<S: PageRead> PreparedQuery<'_, S> {
 }
 
 /// A segment in which one query term has postings (the others are absent or in no document).
-/// Every block's header is read first; then the blocks are decoded best bound first, so the
-/// k-th score rises at once and the walk stops at the first block whose bound is below it.
-/// Each score is the one the general loop gives (its one contribution, summed there with
-/// zeros), and the top k do not depend on the order hits are offered in, so hits are the same.
+/// The list's block entries (its skip entries, or its headers for a short list) give every
+/// block's best score; blocks are decoded best first, so the k-th score rises at once and the
+/// walk stops at the first block whose bound is below it. Each score is the one the general
+/// loop gives (its one contribution, summed there with zeros), and the top k do not depend on
+/// the order hits are offered in, so hits are the same.
 fn one_term<S: PageRead>(
     scorer: &Scorer,
     index: usize,
@@ -486,46 +496,40 @@ fn one_term<S: PageRead>(
     written_avg: f64,
     top: &mut TopK,
 ) -> Result<(), Corrupt> {
-    if cursor.doc() == END || list_bound < top.threshold() {
+    if list_bound < top.threshold() {
         return Ok(());
     }
-    let mut places = Vec::with_capacity(cursor.blocks_left() as usize);
-    let mut best = Vec::with_capacity(places.capacity());
-    loop {
-        let place = cursor.block_place();
-        // max_saturated is ≥ 0 (checked when read), where an f32's bits order as its value does
-        // (a -0.0 is taken as 0).
-        let saturated = place.header.max_saturated;
-        let key = if saturated > 0.0 {
-            saturated.to_bits()
-        } else {
-            0
-        };
-        best.push((key, Reverse(places.len())));
-        places.push(place);
-        if !cursor.next_block()? {
-            break;
-        }
-    }
     // Blocks by max_saturated, the largest first (earlier blocks first among equal ones), from a
-    // heap: only the few blocks above the k-th score are ever taken. The bound from
-    // max_saturated alone falls in that order, so the first one below the k-th score ends the
-    // walk; a block's full bound (lower still, or the only one where an average length is 0)
-    // decides whether it is read.
-    let mut best = BinaryHeap::from(best);
-    while let Some((_, Reverse(at))) = best.pop() {
-        let h = &places[at].header;
+    // heap: only the few blocks above the k-th score are ever taken. max_saturated is ≥ 0
+    // (checked when read), where an f32's bits order as its value does (a -0.0 is taken as 0).
+    let mut best: BinaryHeap<(u32, Reverse<usize>)> = cursor
+        .block_entries()?
+        .iter()
+        .enumerate()
+        .map(|(j, e)| {
+            let key = if e.max_saturated > 0.0 {
+                e.max_saturated.to_bits()
+            } else {
+                0
+            };
+            (key, Reverse(j))
+        })
+        .collect();
+    // The bound from max_saturated alone falls in that order, so the first one below the k-th
+    // score ends the walk; a block's full bound (lower still, or the only one where an average
+    // length is 0) decides whether its postings are scored.
+    while let Some((key, Reverse(j))) = best.pop() {
         let theta = top.threshold();
         if scorer
-            .saturated_bound(index, h.max_saturated, written_avg)
+            .saturated_bound(index, f32::from_bits(key), written_avg)
             .is_some_and(|bound| bound < theta)
         {
             break;
         }
+        let (h, block_docs, counts) = cursor.decode_block(j)?;
         if scorer.block_bound(index, h.max_tf, h.min_length, h.max_saturated, written_avg) < theta {
             continue;
         }
-        let (block_docs, counts) = cursor.decode_block_at(&places[at])?;
         for (i, &d) in block_docs.iter().enumerate() {
             let length = docs.lengths[d as usize];
             if length.is_nan() {

@@ -15,6 +15,7 @@ use super::format::{
     check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind,
     SegmentDesc, TermScoring, Tid, FIRST_DATA_BLOCK, HEADER_SIZE,
 };
+use super::skips::{blocks_of, has_skips, read_skips, SkipEntry, SKIP_ENTRY_SIZE};
 use crate::page::{check_block, BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
 
 const DOC_ENTRY_SIZE: usize = Tid::SIZE + 2 + 4 + 8;
@@ -84,7 +85,20 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
         (*blkno, header.used)
     }
 
-    /// Writes one posting list and returns its dictionary entry.
+    /// Writes `size` bytes from `scratch` where [`Self::reserve`] made room.
+    fn put(&mut self, size: usize) -> (BlockNumber, u16) {
+        let at = self.reserve(size);
+        let (_, guard, page_header) = self.current.as_mut().expect("reserved");
+        let mut w = ByteWriter::new(guard, page_header.used as usize);
+        w.bytes(&self.scratch[..size]);
+        page_header.used = w.pos as u16;
+        page_header.count += 1;
+        at
+    }
+
+    /// Writes one posting list, and its skip entries after it when it is long, and returns its
+    /// dictionary entry (which points at the skip entries of a long list, else at its first
+    /// block).
     fn write_list(
         &mut self,
         docs: &[u32],
@@ -93,7 +107,7 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
         lengths: &[f32],
         avg_length: f64,
     ) -> TermInfo {
-        let mut first = None;
+        let mut entries = Vec::with_capacity(docs.len().div_ceil(BLOCK_LEN));
         let mut previous_last = 0;
         let (mut max_tf, mut min_length) = (0f32, f32::INFINITY);
         for (d, c) in docs.chunks(BLOCK_LEN).zip(counts.chunks(BLOCK_LEN)) {
@@ -111,19 +125,27 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
                 .expect("a block just encoded reads back");
             max_tf = max_tf.max(header.max_tf);
             min_length = min_length.min(header.min_length);
-            let at = self.reserve(size);
-            first.get_or_insert(at);
-            let (_, guard, page_header) = self.current.as_mut().expect("reserved");
-            let mut w = ByteWriter::new(guard, page_header.used as usize);
-            w.bytes(&self.scratch[..size]);
-            page_header.used = w.pos as u16;
-            page_header.count += 1;
+            let at = self.put(size);
+            entries.push(SkipEntry {
+                last_doc: header.last_doc,
+                max_saturated: header.max_saturated,
+                at,
+            });
         }
-        let (postings_block, postings_offset) = first.expect("a posting list is never empty");
+        let mut start = entries.first().expect("a posting list is never empty").at;
+        if has_skips(docs.len() as u32) {
+            for (i, entry) in entries.iter().enumerate() {
+                entry.write(&mut ByteWriter::new(&mut self.scratch, 0));
+                let at = self.put(SKIP_ENTRY_SIZE);
+                if i == 0 {
+                    start = at;
+                }
+            }
+        }
         TermInfo {
             doc_freq: docs.len() as u32,
-            postings_block,
-            postings_offset,
+            postings_block: start.0,
+            postings_offset: start.1,
             max_tf,
             min_length,
         }
@@ -427,7 +449,17 @@ impl<'s, S: PageRead> SegmentReader<'s, S> {
         Ok(())
     }
 
+    /// A cursor at the first document of the term's list.
     pub fn postings(&self, info: &TermInfo) -> Result<PostingCursor<'s, S>, Corrupt> {
+        self.check_term(info)?;
+        let mut cursor = PostingCursor::new(self.store, info, self.desc.num_docs)?;
+        cursor.first_document()?;
+        Ok(cursor)
+    }
+
+    /// A cursor that reads the term's list by blocks ([`PostingCursor::block_entries`],
+    /// [`PostingCursor::decode_block`]): no block is decoded before one is asked for.
+    pub fn block_cursor(&self, info: &TermInfo) -> Result<PostingCursor<'s, S>, Corrupt> {
         self.check_term(info)?;
         PostingCursor::new(self.store, info, self.desc.num_docs)
     }
@@ -546,30 +578,31 @@ pub fn set_tombstones(
 /// End of a posting list.
 pub const END: u32 = u32::MAX;
 
-/// A block of a posting list, as a walk found it (its header checked against the list).
-#[derive(Clone, Copy, Debug)]
-pub struct BlockPlace {
-    pub header: BlockHeader,
-    data_at: (BlockNumber, u16),
-    previous_last: u32,
-    sequence: u32,
-}
-
-/// Walks one posting list block by block; skips blocks by their headers without decoding them.
+/// Walks one posting list block by block; skips blocks by their headers, or by the list's skip
+/// entries ([`super::skips`]) where it has them, without decoding them.
 ///
 /// What it checks, so that a damaged list is an error and never a loop or a wrong index: the
 /// list has the blocks its document frequency gives (full ones, then the rest), every block's
-/// last document is inside the segment and above the previous block's, and decoding gives
-/// strictly increasing documents ending there. The walk therefore ends after at most
-/// ⌈doc_freq / 128⌉ blocks whatever the page links say.
+/// last document is inside the segment and above the previous block's, a block agrees with its
+/// skip entry, and decoding gives strictly increasing documents ending there. A walk therefore
+/// ends after at most ⌈doc_freq / 128⌉ blocks whatever the page links say.
 pub struct PostingCursor<'s, S: PageRead> {
     store: &'s S,
     /// Documents of the segment: every document id is below it.
     num_docs: u32,
     doc_freq: u32,
-    /// Blocks after the current one.
-    remaining: u32,
+    /// Blocks of the list.
+    blocks: u32,
+    /// Where the first block's header is.
+    first_at: (BlockNumber, u16),
+    /// One entry per block: read from the index for a long list; built from the headers by
+    /// [`Self::block_entries`] for a short one (empty until then).
+    skips: Vec<SkipEntry>,
+    /// The largest `max_saturated` of the list, where it has stored skip entries.
+    list_saturated: Option<f32>,
     header: BlockHeader,
+    /// Where the current block's header is.
+    header_at: (BlockNumber, u16),
     /// Where the current block's packed arrays start.
     data_at: (BlockNumber, u16),
     /// Where the next block's header is.
@@ -577,27 +610,40 @@ pub struct PostingCursor<'s, S: PageRead> {
     /// Last document of the previous block (the delta base of the current one).
     previous_last: u32,
     block: Box<DecodedBlock>,
-    /// A copy of the page the current block is on (block `data_at.0`): a page holds tens of
-    /// blocks, and reading each header and payload from the copy saves a buffer lookup, pin
-    /// and lock per read. Posting pages never change while a search holds the readers lock.
+    /// A copy of posting page `page_of`: a page holds tens of blocks, and reading each header
+    /// and payload from the copy saves a buffer lookup, pin and lock per read. Posting pages
+    /// never change while a search holds the readers lock.
     page: Vec<u8>,
+    page_of: BlockNumber,
     /// The next page of the list after `page` (from its header).
     page_next: BlockNumber,
     decoded: bool,
     index: usize,
     doc: u32,
-    /// How many block headers have been loaded: changes exactly when the current block does.
+    /// The current block's position in the list plus one (0 before the first): changes exactly
+    /// when the current block does.
     blocks_loaded: u32,
 }
 
 impl<'s, S: PageRead> PostingCursor<'s, S> {
     fn new(store: &'s S, info: &TermInfo, num_docs: u32) -> Result<Self, Corrupt> {
-        let blocks = info.doc_freq.div_ceil(BLOCK_LEN as u32);
-        let mut c = PostingCursor {
+        let blocks = blocks_of(info.doc_freq);
+        let start = (info.postings_block, info.postings_offset);
+        let mut skips = Vec::new();
+        let mut list_saturated = None;
+        if has_skips(info.doc_freq) {
+            read_skips(store, start, blocks, num_docs, &mut skips)?;
+            list_saturated = skips.iter().map(|e| e.max_saturated).reduce(f32::max);
+        }
+        let first_at = skips.first().map_or(start, |e| e.at);
+        Ok(PostingCursor {
             store,
             num_docs,
             doc_freq: info.doc_freq,
-            remaining: blocks,
+            blocks,
+            first_at,
+            skips,
+            list_saturated,
             header: BlockHeader {
                 len: 0,
                 doc_bits: 0,
@@ -608,50 +654,122 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
                 min_length: 0.0,
                 max_saturated: 0.0,
             },
+            header_at: (NO_BLOCK, 0),
             data_at: (NO_BLOCK, 0),
-            next_at: (info.postings_block, info.postings_offset),
+            next_at: first_at,
             previous_last: 0,
             block: Box::default(),
             page: Vec::new(),
+            page_of: NO_BLOCK,
             page_next: NO_BLOCK,
             decoded: false,
             index: 0,
-            doc: 0,
+            // No current document until `first_document` or `decode_block`.
+            doc: END,
             blocks_loaded: 0,
-        };
-        if c.load_next_header()? {
-            c.decode()?;
-            c.doc = c.block.docs[0];
+        })
+    }
+
+    /// Positions the cursor at the list's first document.
+    fn first_document(&mut self) -> Result<(), Corrupt> {
+        self.next_at = self.first_at;
+        self.blocks_loaded = 0;
+        if self.load_block(0)? {
+            self.decode()?;
+            self.doc = self.block.docs[0];
         } else {
-            c.doc = END;
+            self.doc = END;
         }
-        Ok(c)
+        Ok(())
+    }
+
+    /// Where block `j`'s header is, the last document before it, and the skip entry it is
+    /// checked against (every block of a list with entries is, so the entries a search by one
+    /// term trusts are the ones a walk checks). Without entries only the next block can be
+    /// found.
+    fn place_of(&self, j: u32) -> ((BlockNumber, u16), u32, Option<SkipEntry>) {
+        match self.skips.get(j as usize) {
+            Some(e) => {
+                let previous_last = j
+                    .checked_sub(1)
+                    .map_or(0, |p| self.skips[p as usize].last_doc);
+                (e.at, previous_last, Some(*e))
+            }
+            None => {
+                debug_assert_eq!(
+                    j, self.blocks_loaded,
+                    "blocks without entries load in order"
+                );
+                let previous_last = if j == 0 { 0 } else { self.header.last_doc };
+                (self.next_at, previous_last, None)
+            }
+        }
+    }
+
+    /// Reads and checks block `j`'s header at `at` of `page` (that posting page's bytes in use;
+    /// `next`, the page after it): returns the header, where its packed arrays start and where
+    /// the next block's header is.
+    fn read_header(
+        &self,
+        page: &[u8],
+        next: BlockNumber,
+        j: u32,
+        at: (BlockNumber, u16),
+        previous_last: u32,
+        entry: Option<SkipEntry>,
+    ) -> Result<(BlockHeader, u16, (BlockNumber, u16)), Corrupt> {
+        let blkno = at.0;
+        let (header, data_at, next_at) = block_at(page, next, blkno, at.1).in_block(blkno)?;
+        self.check_header(&header, j, previous_last)
+            .in_block(blkno)?;
+        if let Some(e) = entry {
+            if header.last_doc != e.last_doc
+                || header.max_saturated.to_bits() != e.max_saturated.to_bits()
+            {
+                return Err(
+                    Corrupt::new("a posting block disagrees with its skip entry").in_block(blkno),
+                );
+            }
+        }
+        Ok((header, data_at, next_at))
+    }
+
+    /// Makes block `j` (its header read and checked) the current one, not yet decoded.
+    fn set_block(
+        &mut self,
+        j: u32,
+        at: (BlockNumber, u16),
+        previous_last: u32,
+        (header, data_at, next_at): (BlockHeader, u16, (BlockNumber, u16)),
+    ) {
+        self.header = header;
+        self.header_at = at;
+        self.data_at = (at.0, data_at);
+        self.next_at = next_at;
+        self.previous_last = previous_last;
+        self.blocks_loaded = j + 1;
+        self.decoded = false;
+        self.index = 0;
+    }
+
+    /// Loads block `j`'s header (not its postings) from a copy of its page; false past the
+    /// end of the list.
+    fn load_block(&mut self, j: u32) -> Result<bool, Corrupt> {
+        if j >= self.blocks {
+            return Ok(false);
+        }
+        let (at, previous_last, entry) = self.place_of(j);
+        if at.0 != self.page_of {
+            self.load_page(at.0)?;
+        }
+        let read = self.read_header(&self.page, self.page_next, j, at, previous_last, entry)?;
+        self.set_block(j, at, previous_last, read);
+        Ok(true)
     }
 
     /// Moves to the next block's header; false at the end of the list.
     fn load_next_header(&mut self) -> Result<bool, Corrupt> {
-        if self.remaining == 0 {
-            return Ok(false);
-        }
-        let first = self.data_at.0 == NO_BLOCK;
-        if !first {
-            self.previous_last = self.header.last_doc;
-        }
-        if self.next_at.0 != self.data_at.0 {
-            self.load_page(self.next_at.0)?;
-        }
-        let blkno = self.next_at.0;
-        let (header, data_at, next_at) =
-            block_at(&self.page, self.page_next, blkno, self.next_at.1).in_block(blkno)?;
-        self.check_header(&header, first).in_block(blkno)?;
-        self.header = header;
-        self.data_at = (blkno, data_at);
-        self.next_at = next_at;
-        self.remaining -= 1;
-        self.blocks_loaded += 1;
-        self.decoded = false;
-        self.index = 0;
-        Ok(true)
+        self.load_block(self.blocks_loaded)
     }
 
     /// Copies posting page `blkno` into `page`: long lists cross many pages, and the blocks on
@@ -669,13 +787,19 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         self.page.clear();
         self.page
             .extend_from_slice(&page[..page_header.used as usize]);
+        self.page_of = blkno;
         self.page_next = page_header.next;
         Ok(())
     }
 
-    /// A block's header agrees with its place in the list (`remaining` still counts it).
-    fn check_header(&self, header: &BlockHeader, first: bool) -> Result<(), Corrupt> {
-        let expected_len = if self.remaining > 1 {
+    /// Block `j`'s header agrees with its place in the list.
+    fn check_header(
+        &self,
+        header: &BlockHeader,
+        j: u32,
+        previous_last: u32,
+    ) -> Result<(), Corrupt> {
+        let expected_len = if j + 1 < self.blocks {
             BLOCK_LEN
         } else {
             let df = self.doc_freq as usize;
@@ -687,21 +811,33 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
                 header.len
             ));
         }
-        let rising = first || header.last_doc > self.previous_last;
+        let rising = j == 0 || header.last_doc > previous_last;
         if header.last_doc >= self.num_docs || !rising {
             return corrupt(format_args!(
-                "posting block ends at document {} (after {}, in a segment of {})",
-                header.last_doc, self.previous_last, self.num_docs
+                "posting block ends at document {} (after {previous_last}, in a segment of {})",
+                header.last_doc, self.num_docs
             ));
         }
         Ok(())
     }
 
+    /// Decodes the current block from the copy of its page.
     fn decode(&mut self) -> Result<(), Corrupt> {
-        // The payload follows its header on the same page, the one `page` holds.
+        debug_assert_eq!(
+            self.page_of, self.data_at.0,
+            "the block's page is the one copied"
+        );
+        let page = std::mem::take(&mut self.page);
+        let decoded = self.decode_from(&page);
+        self.page = page;
+        decoded
+    }
+
+    /// Decodes the current block from `page`, the bytes in use of the page it is on.
+    fn decode_from(&mut self, page: &[u8]) -> Result<(), Corrupt> {
         let (blkno, at) = self.data_at;
         let end = at as usize + self.header.payload_len;
-        let Some(bytes) = self.page.get(..end) else {
+        let Some(bytes) = page.get(..end) else {
             return Err(Corrupt::new("posting block runs past its page").in_block(blkno));
         };
         let mut r = ByteReader::new(bytes, at as usize);
@@ -736,6 +872,12 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     #[inline]
     pub fn block_sequence(&self) -> u32 {
         self.blocks_loaded
+    }
+
+    /// The largest `max_saturated` of the list's blocks, where its skip entries hold it (long
+    /// lists): with [`super::document::Scorer::block_bound`], a bound of the whole list.
+    pub fn list_saturated(&self) -> Option<f32> {
+        self.list_saturated
     }
 
     pub fn next(&mut self) -> Result<(), Corrupt> {
@@ -773,59 +915,65 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         Ok(())
     }
 
-    /// Where the current block is, to decode it later with [`Self::decode_block_at`] (after the
-    /// walk has moved on): a search by one term reads every header first, then decodes the
-    /// blocks with the best bounds first.
-    pub fn block_place(&self) -> BlockPlace {
-        BlockPlace {
-            header: self.header,
-            data_at: self.data_at,
-            previous_last: self.previous_last,
-            sequence: self.blocks_loaded,
-        }
-    }
-
-    /// Decodes a block of this list that [`Self::block_place`] recorded, which becomes the
-    /// current block, and returns its documents and per-field count arrays.
-    pub fn decode_block_at(
-        &mut self,
-        place: &BlockPlace,
-    ) -> Result<(&[u32], &[[u32; BLOCK_LEN]; 3]), Corrupt> {
-        if place.data_at.0 != self.data_at.0 {
-            self.load_page(place.data_at.0)?;
-        }
-        self.header = place.header;
-        self.data_at = place.data_at;
-        self.previous_last = place.previous_last;
-        self.blocks_loaded = place.sequence;
-        self.decode()?;
-        self.index = 0;
-        Ok((&self.block.docs[..self.header.len], &self.block.counts))
-    }
-
-    /// Blocks from the current one to the end of the list.
-    pub fn blocks_left(&self) -> u32 {
-        self.remaining + u32::from(self.doc != END)
-    }
-
-    /// Moves to the next block by its header alone; false at the end of the list. A walk by
-    /// headers does not track the current document: read blocks with
-    /// [`Self::decode_block_at`] after it, not [`Self::doc`].
-    pub fn next_block(&mut self) -> Result<bool, Corrupt> {
-        if self.doc == END {
-            return Ok(false);
-        }
-        if self.load_next_header()? {
-            Ok(true)
-        } else {
+    /// One entry per block of the list, in order: its skip entries, or for a short list the
+    /// same values read from every block header (which leaves the cursor without a current
+    /// document until [`Self::decode_block`]). A search by one term picks the blocks worth
+    /// decoding from them.
+    pub fn block_entries(&mut self) -> Result<&[SkipEntry], Corrupt> {
+        if self.skips.is_empty() {
+            self.next_at = self.first_at;
+            self.blocks_loaded = 0;
+            let mut entries = Vec::with_capacity(self.blocks as usize);
+            while self.load_next_header()? {
+                entries.push(SkipEntry {
+                    last_doc: self.header.last_doc,
+                    max_saturated: self.header.max_saturated,
+                    at: self.header_at,
+                });
+            }
+            self.skips = entries;
             self.doc = END;
-            Ok(false)
         }
+        Ok(&self.skips)
     }
 
-    /// Moves (by headers only) to the block that would hold `target` and returns its header;
-    /// None when the list has no document ≥ `target`. The current document is then only known
-    /// to be below the block's end: call [`Self::advance`] before reading it.
+    /// Decodes block `j` of [`Self::block_entries`], which becomes the current block (the
+    /// cursor at its first document), and returns its header, documents and per-field counts.
+    pub fn decode_block(
+        &mut self,
+        j: usize,
+    ) -> Result<(BlockHeader, &[u32], &[[u32; BLOCK_LEN]; 3]), Corrupt> {
+        assert!(j < self.skips.len(), "a block of the list's entries");
+        let j = j as u32;
+        let (at, previous_last, entry) = self.place_of(j);
+        if at.0 == self.page_of {
+            self.load_block(j)?;
+            self.decode()?;
+        } else {
+            // Read in place: the blocks a search by one term picks lie on scattered pages, and
+            // copying a whole page for one block of it costs more than the block's decoding.
+            crate::interrupt::check();
+            let store = self.store;
+            let blkno = check_block(store, at.0, FIRST_DATA_BLOCK, "a posting list's block")?;
+            let page = store.read(blkno);
+            let page_header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
+            let page = &page[..page_header.used as usize];
+            let read = self.read_header(page, page_header.next, j, at, previous_last, entry)?;
+            self.set_block(j, at, previous_last, read);
+            self.decode_from(page)?;
+        }
+        self.doc = self.block.docs[0];
+        Ok((
+            self.header,
+            &self.block.docs[..self.header.len],
+            &self.block.counts,
+        ))
+    }
+
+    /// Moves (by headers only) to the block that would hold `target`; false when the list has
+    /// no document ≥ `target`. The current document is then only known to be below the block's
+    /// end: call [`Self::advance`] before reading it. (A binary search of the skip entries was
+    /// slower in the benchmark: seeks there go at most a few blocks ahead.)
     pub fn seek_block(&mut self, target: u32) -> Result<bool, Corrupt> {
         if self.doc == END {
             return Ok(false);
