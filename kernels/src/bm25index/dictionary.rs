@@ -4,6 +4,9 @@
 //! order); each upper level holds the first term of every page below. Lookups read one page per
 //! level, so the dictionary does not grow with any term id, only with the vocabulary, and
 //! logarithmically.
+//!
+//! After a page's entries comes its slot array: the offset of each entry (u16), so a lookup
+//! binary-searches the page, touching a few of its entries instead of half of them.
 
 use super::format::{
     check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind,
@@ -23,6 +26,7 @@ pub struct TermInfo {
 
 const LEAF_FIXED: usize = 1 + 4 + 4 + 2 + 4 + 4;
 const INNER_FIXED: usize = 1 + 4;
+const SLOT: usize = 2;
 /// Levels a dictionary can have: a page stores its level in a u8.
 pub const MAX_HEIGHT: u32 = u8::MAX as u32 + 1;
 
@@ -56,6 +60,7 @@ fn check_height(height: u32) -> Result<(), Corrupt> {
 }
 
 /// A dictionary page's header (checked to be at `level`) and a reader over its entries.
+/// Returns a reader over its entries (the slot array after them left out).
 fn level_page(page: &[u8], level: u32) -> Result<(PageHeader, ByteReader<'_>), Corrupt> {
     let header = PageHeader::read(page, PageKind::Dictionary)?;
     if header.level as u32 != level {
@@ -65,11 +70,44 @@ fn level_page(page: &[u8], level: u32) -> Result<(PageHeader, ByteReader<'_>), C
         ));
     }
     let min_entry = if level == 0 { LEAF_FIXED } else { INNER_FIXED };
-    header.check_count(min_entry)?;
-    Ok((
-        header,
-        ByteReader::new(&page[..header.used as usize], HEADER_SIZE),
-    ))
+    header.check_count(min_entry + SLOT)?;
+    let entries_end = header.used as usize - SLOT * header.count as usize;
+    Ok((header, ByteReader::new(&page[..entries_end], HEADER_SIZE)))
+}
+
+/// The `i`-th entry's term of a page [`level_page`] read, by its slot, and a reader after it.
+fn slot_entry<'a>(
+    page: &'a [u8],
+    header: &PageHeader,
+    i: usize,
+) -> Result<(&'a [u8], ByteReader<'a>), Corrupt> {
+    let count = header.count as usize;
+    let entries_end = header.used as usize - SLOT * count;
+    let at = entries_end + SLOT * i;
+    let offset = u16::from_le_bytes([page[at], page[at + 1]]) as usize;
+    if offset < HEADER_SIZE {
+        return corrupt(format_args!(
+            "dictionary slot {i} points at offset {offset}"
+        ));
+    }
+    let mut r = ByteReader::new(&page[..entries_end], offset);
+    Ok((read_term(&mut r)?, r))
+}
+
+/// How many of the page's terms are ≤ `term` (or < `term` when `strict`), by binary search
+/// over its slots.
+fn rank(page: &[u8], header: &PageHeader, term: &[u8], strict: bool) -> Result<usize, Corrupt> {
+    let (mut lo, mut hi) = (0, header.count as usize);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let key = slot_entry(page, header, mid)?.0;
+        if key < term || (!strict && key == term) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
 }
 
 /// Writes the dictionary for `entries` (strictly increasing terms). Returns (root, height, pages
@@ -112,6 +150,8 @@ struct LevelWriter<'s, S: PageWrite + 's> {
     store: &'s S,
     level: u8,
     current: Option<(BlockNumber, S::WriteGuard<'s>, PageHeader)>,
+    /// The offsets of the current page's entries, written after them when it is full.
+    slots: Vec<u16>,
     firsts: Vec<(Vec<u8>, BlockNumber)>,
     pages: u32,
 }
@@ -122,27 +162,42 @@ impl<'s, S: PageWrite> LevelWriter<'s, S> {
             store,
             level,
             current: None,
+            slots: Vec::new(),
             firsts: Vec::new(),
             pages: 0,
         }
     }
 
+    /// Writes the current page's slot array and header.
+    fn close(guard: &mut [u8], mut header: PageHeader, slots: &mut Vec<u16>) {
+        let mut w = ByteWriter::new(guard, header.used as usize);
+        for &offset in slots.iter() {
+            w.u16(offset);
+        }
+        header.used = w.pos as u16;
+        header.write(guard);
+        slots.clear();
+    }
+
     fn push(&mut self, term: &[u8], size: usize, body: impl FnOnce(&mut ByteWriter)) {
         let page_size = self.store.page_size();
-        let fits = matches!(&self.current, Some((_, _, h)) if h.free_space(page_size) >= size);
+        // Room for the entry and for the slot array, one slot longer.
+        let need = size + SLOT * (self.slots.len() + 1);
+        let fits = matches!(&self.current, Some((_, _, h)) if h.free_space(page_size) >= need);
         if !fits {
             let (blkno, guard) = self.store.allocate();
             let mut header = PageHeader::new(PageKind::Dictionary);
             header.level = self.level;
             if let Some((_, mut prev, mut prev_header)) = self.current.take() {
                 prev_header.next = blkno;
-                prev_header.write(&mut prev);
+                Self::close(&mut prev, prev_header, &mut self.slots);
             }
             self.current = Some((blkno, guard, header));
             self.firsts.push((term.to_vec(), blkno));
             self.pages += 1;
         }
         let (_, guard, header) = self.current.as_mut().expect("a page is open");
+        self.slots.push(header.used);
         let mut w = ByteWriter::new(guard, header.used as usize);
         w.u8(term.len() as u8);
         w.bytes(term);
@@ -153,7 +208,7 @@ impl<'s, S: PageWrite> LevelWriter<'s, S> {
 
     fn finish(mut self) -> (Vec<(Vec<u8>, BlockNumber)>, u32) {
         if let Some((_, mut guard, header)) = self.current.take() {
-            header.write(&mut guard);
+            Self::close(&mut guard, header, &mut self.slots);
         }
         (self.firsts, self.pages)
     }
@@ -185,33 +240,29 @@ pub fn lookup<S: PageRead>(
     find_in_leaf(&page, term).in_block(blkno)
 }
 
-/// The child of an inner page whose range holds `term`; None when `term` sorts before all.
+/// The child of an inner page whose range holds `term` (the last whose first term is ≤ it);
+/// None when `term` sorts before all.
 fn child_for(page: &[u8], level: u32, term: &[u8]) -> Result<Option<BlockNumber>, Corrupt> {
-    let (header, mut r) = level_page(page, level)?;
-    let mut child = None;
-    for _ in 0..header.count {
-        let key = read_term(&mut r)?;
-        let c = r.u32()?;
-        if key > term {
-            break;
-        }
-        child = Some(c);
+    let (header, _) = level_page(page, level)?;
+    match rank(page, &header, term, false)? {
+        0 => Ok(None),
+        n => slot_entry(page, &header, n - 1)?.1.u32().map(Some),
     }
-    Ok(child)
 }
 
 fn find_in_leaf(page: &[u8], term: &[u8]) -> Result<Option<TermInfo>, Corrupt> {
-    let (header, mut r) = level_page(page, 0)?;
-    for _ in 0..header.count {
-        let key = read_term(&mut r)?;
-        match key.cmp(term) {
-            // Only the entry found is read and checked; the others are stepped over.
-            std::cmp::Ordering::Less => r.bytes(LEAF_FIXED - 1).map(drop)?,
-            std::cmp::Ordering::Equal => return read_info(&mut r).map(Some),
-            std::cmp::Ordering::Greater => return Ok(None),
-        }
+    let (header, _) = level_page(page, 0)?;
+    let i = rank(page, &header, term, true)?;
+    if i == header.count as usize {
+        return Ok(None);
     }
-    Ok(None)
+    // Only the entry found is read and checked.
+    let (key, mut r) = slot_entry(page, &header, i)?;
+    if key == term {
+        read_info(&mut r).map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 /// Leftmost page of every level, leaves first.
@@ -475,5 +526,24 @@ mod tests {
         });
         let err = lookup(&store, root, height, &entries[0].0).unwrap_err();
         assert_eq!(err.block, Some(leaf));
+    }
+
+    #[test]
+    fn damaged_slots_are_corruption() {
+        for (bad, what) in [(3u16, "offset 3"), (u16::MAX, "")] {
+            let (store, root, height, entries) = tree();
+            let leaf = leftmost_pages(&store, root, height).unwrap()[0];
+            // Every slot of the first leaf.
+            store.overwrite(leaf, |page| {
+                let h = PageHeader::read(page, PageKind::Dictionary).unwrap();
+                let end = h.used as usize;
+                for at in (end - SLOT * h.count as usize..end).step_by(SLOT) {
+                    page[at..at + SLOT].copy_from_slice(&bad.to_le_bytes());
+                }
+            });
+            let err = lookup(&store, root, height, &entries[0].0).unwrap_err();
+            assert_eq!(err.block, Some(leaf));
+            assert!(err.what.contains(what), "{err}");
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::page::{BlockNumber, NO_BLOCK};
 pub const MAGIC: u32 = 0x5053_4b42;
 /// Bumped whenever a page layout changes (this file's, or the posting blocks' in `codec`);
 /// older indexes then need REINDEX. 2: blocks carry their best saturated term frequency. 3:
-/// long lists have skip entries after their blocks (`skips`).
+/// long lists have skip entries after their blocks (`skips`), dictionary pages a slot array.
 pub const FORMAT_VERSION: u32 = 3;
 pub const META_BLOCK: BlockNumber = 0;
 /// How errors name this kind of index.
