@@ -227,6 +227,19 @@ fn long_list(store: &MemoryStore) -> TermInfo {
     panic!("no term with three posting blocks")
 }
 
+/// Reads the first segment's list `info` document by document; returns how many it has.
+fn walk_list(store: &MemoryStore, info: &TermInfo) -> Result<u32, Corrupt> {
+    let meta = read_meta(store).unwrap();
+    let reader = SegmentReader::open(store, meta.segments[0]).unwrap();
+    let mut cursor = reader.postings(info)?;
+    let mut n = 0;
+    while cursor.doc() != super::segment::END {
+        cursor.next()?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 #[test]
 fn decreasing_documents_in_a_posting_list_are_corruption() {
     let store = built_index();
@@ -242,18 +255,7 @@ fn decreasing_documents_in_a_posting_list_are_corruption() {
     store.overwrite(at_block, |page| {
         page[at + 8..at + 12].copy_from_slice(&1u32.to_le_bytes())
     });
-    let meta = read_meta(&store).unwrap();
-    let reader = SegmentReader::open(&store, meta.segments[0]).unwrap();
-    let walk = |reader: &SegmentReader<MemoryStore>| -> Result<u32, Corrupt> {
-        let mut cursor = reader.postings(&info)?;
-        let mut n = 0;
-        while cursor.doc() != super::segment::END {
-            cursor.next()?;
-            n += 1;
-        }
-        Ok(n)
-    };
-    let err = walk(&reader).unwrap_err();
+    let err = walk_list(&store, &info).unwrap_err();
     assert!(
         err.what.contains("posting block ends at document 1"),
         "{err}"
@@ -328,17 +330,7 @@ fn skip_entries_that_disagree_with_the_list_are_corruption() {
     let store = built_index();
     let info = long_list(&store);
     assert!(has_skips(info.doc_freq), "the list has skip entries");
-    let walk = |store: &MemoryStore| -> Result<u32, Corrupt> {
-        let meta = read_meta(store).unwrap();
-        let reader = SegmentReader::open(store, meta.segments[0]).unwrap();
-        let mut cursor = reader.postings(&info)?;
-        let mut n = 0;
-        while cursor.doc() != super::segment::END {
-            cursor.next()?;
-            n += 1;
-        }
-        Ok(n)
-    };
+    let walk = |store: &MemoryStore| walk_list(store, &info);
     assert_eq!(walk(&store).unwrap(), info.doc_freq);
     // The entries start where the dictionary points; the second one follows the first on its
     // page or starts the next page.
