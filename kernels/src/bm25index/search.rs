@@ -14,6 +14,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use super::append::{for_each_record, read_meta};
+use super::codec::BlockHeader;
 use super::dictionary::TermInfo;
 use super::document::{stored_length, FieldCounts, QueryStats, Scorer};
 use super::format::{Corrupt, Meta, Tid};
@@ -516,8 +517,8 @@ fn one_term<S: PageRead>(
         })
         .collect();
     // The bound from max_saturated alone falls in that order, so the first one below the k-th
-    // score ends the walk; a block's full bound (lower still, or the only one where an average
-    // length is 0) decides whether its postings are scored.
+    // score ends the walk; a block's full bound from its header (lower still, or the only one
+    // where an average length is 0) decides whether it is decoded.
     while let Some((key, Reverse(j))) = best.pop() {
         let theta = top.threshold();
         if scorer
@@ -526,10 +527,12 @@ fn one_term<S: PageRead>(
         {
             break;
         }
-        let (h, block_docs, counts) = cursor.decode_block(j)?;
-        if scorer.block_bound(index, h.max_tf, h.min_length, h.max_saturated, written_avg) < theta {
+        let worth = |h: &BlockHeader| {
+            scorer.block_bound(index, h.max_tf, h.min_length, h.max_saturated, written_avg) >= theta
+        };
+        let Some((block_docs, counts)) = cursor.decode_block_if(j, worth)? else {
             continue;
-        }
+        };
         for (i, &d) in block_docs.iter().enumerate() {
             let length = docs.lengths[d as usize];
             if length.is_nan() {

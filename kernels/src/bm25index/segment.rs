@@ -107,7 +107,10 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
         lengths: &[f32],
         avg_length: f64,
     ) -> TermInfo {
-        let mut entries = Vec::with_capacity(docs.len().div_ceil(BLOCK_LEN));
+        // Skip entries are kept only for a list that gets them; every list keeps its start.
+        let long = has_skips(docs.len() as u32);
+        let mut entries = Vec::new();
+        let mut start = None;
         let mut previous_last = 0;
         let (mut max_tf, mut min_length) = (0f32, f32::INFINITY);
         for (d, c) in docs.chunks(BLOCK_LEN).zip(counts.chunks(BLOCK_LEN)) {
@@ -126,20 +129,21 @@ impl<'s, S: PageWrite> PostingsWriter<'s, S> {
             max_tf = max_tf.max(header.max_tf);
             min_length = min_length.min(header.min_length);
             let at = self.put(size);
-            entries.push(SkipEntry {
-                last_doc: header.last_doc,
-                max_saturated: header.max_saturated,
-                at,
-            });
+            start.get_or_insert(at);
+            if long {
+                entries.push(SkipEntry {
+                    last_doc: header.last_doc,
+                    max_saturated: header.max_saturated,
+                    at,
+                });
+            }
         }
-        let mut start = entries.first().expect("a posting list is never empty").at;
-        if has_skips(docs.len() as u32) {
-            for (i, entry) in entries.iter().enumerate() {
-                entry.write(&mut ByteWriter::new(&mut self.scratch, 0));
-                let at = self.put(SKIP_ENTRY_SIZE);
-                if i == 0 {
-                    start = at;
-                }
+        let mut start = start.expect("a posting list is never empty");
+        for (i, entry) in entries.iter().enumerate() {
+            entry.write(&mut ByteWriter::new(&mut self.scratch, 0));
+            let at = self.put(SKIP_ENTRY_SIZE);
+            if i == 0 {
+                start = at;
             }
         }
         TermInfo {
@@ -629,12 +633,12 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     fn new(store: &'s S, info: &TermInfo, num_docs: u32) -> Result<Self, Corrupt> {
         let blocks = blocks_of(info.doc_freq);
         let start = (info.postings_block, info.postings_offset);
-        let mut skips = Vec::new();
-        let mut list_saturated = None;
-        if has_skips(info.doc_freq) {
-            read_skips(store, start, blocks, num_docs, &mut skips)?;
-            list_saturated = skips.iter().map(|e| e.max_saturated).reduce(f32::max);
-        }
+        let skips = if has_skips(info.doc_freq) {
+            read_skips(store, start, blocks, num_docs)?
+        } else {
+            Vec::new()
+        };
+        let list_saturated = skips.iter().map(|e| e.max_saturated).reduce(f32::max);
         let first_at = skips.first().map_or(start, |e| e.at);
         Ok(PostingCursor {
             store,
@@ -937,17 +941,23 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         Ok(&self.skips)
     }
 
-    /// Decodes block `j` of [`Self::block_entries`], which becomes the current block (the
-    /// cursor at its first document), and returns its header, documents and per-field counts.
-    pub fn decode_block(
+    /// Decodes block `j` of [`Self::block_entries`] where `worth` says its header is worth it,
+    /// and returns its documents and per-field counts; it becomes the current block (the
+    /// cursor at its first document, or without a current document when it was not decoded).
+    pub fn decode_block_if(
         &mut self,
         j: usize,
-    ) -> Result<(BlockHeader, &[u32], &[[u32; BLOCK_LEN]; 3]), Corrupt> {
+        worth: impl FnOnce(&BlockHeader) -> bool,
+    ) -> Result<Option<(&[u32], &[[u32; BLOCK_LEN]; 3])>, Corrupt> {
         assert!(j < self.skips.len(), "a block of the list's entries");
         let j = j as u32;
         let (at, previous_last, entry) = self.place_of(j);
+        self.doc = END;
         if at.0 == self.page_of {
             self.load_block(j)?;
+            if !worth(&self.header) {
+                return Ok(None);
+            }
             self.decode()?;
         } else {
             // Read in place: the blocks a search by one term picks lie on scattered pages, and
@@ -960,14 +970,16 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             let page = &page[..page_header.used as usize];
             let read = self.read_header(page, page_header.next, j, at, previous_last, entry)?;
             self.set_block(j, at, previous_last, read);
+            if !worth(&self.header) {
+                return Ok(None);
+            }
             self.decode_from(page)?;
         }
         self.doc = self.block.docs[0];
-        Ok((
-            self.header,
+        Ok(Some((
             &self.block.docs[..self.header.len],
             &self.block.counts,
-        ))
+        )))
     }
 
     /// Moves (by headers only) to the block that would hold `target`; false when the list has

@@ -388,8 +388,9 @@ fn segments_wider_than_a_window_match_reference() {
     }
 }
 
-/// One-word queries take their own path (every block header read, the best blocks decoded
-/// first): over several segments, a wide one, with deleted documents and an append area.
+/// One-word queries take their own path (every block's best score read from its skip entry or
+/// header, the best blocks decoded first): over several segments, a wide one, with deleted
+/// documents and an append area.
 #[test]
 fn one_term_queries_match_reference() {
     for seed in seeds().into_iter().take(3) {
