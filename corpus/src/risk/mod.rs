@@ -14,6 +14,7 @@
 //! or quotes as an example is kept as a low finding instead of its rule's severity.
 
 mod context;
+mod gate;
 mod rules;
 mod sequence;
 mod unicode;

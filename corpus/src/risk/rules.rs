@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use regex::{Captures, Regex, RegexSet};
 
 use super::context::{self, Line};
+use super::gate::Gate;
 use super::{Field, Finding, Level, Mitigation};
 
 /// A documented rule: its id, the highest severity it reports, and what it means.
@@ -258,6 +259,8 @@ const PATTERNS: &[Pattern] = &[
 struct PatternSet {
     set: RegexSet,
     members: Vec<usize>,
+    /// The same patterns over a whole view: which lines to test with `set`.
+    gate: Gate,
 }
 
 impl PatternSet {
@@ -270,7 +273,8 @@ impl PatternSet {
             .dfa_size_limit(64 << 20)
             .build()
             .expect("valid rule patterns");
-        PatternSet { set, members }
+        let gate = Gate::new(&members.iter().map(|&i| &sources[i]).collect::<Vec<_>>());
+        PatternSet { set, members, gate }
     }
 
     /// Indexes in [`PATTERNS`] of the patterns that match somewhere in `text`. Most text matches
@@ -306,18 +310,14 @@ fn compiled() -> &'static Compiled {
     })
 }
 
-/// The pattern rules' findings on one field: commands per logical line, phrases per paragraph.
+/// The pattern rules' findings on one field: commands per logical line, phrases per paragraph,
+/// on the lines the sets' gates pick.
 pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>, between: &mut dyn FnMut()) {
-    for i in 0..lines.len() {
-        if i % 256 == 255 {
-            between();
-        }
+    let c = compiled();
+    for i in c.lines.gate.lines(lines, between) {
         scan_line(field, lines, paragraphs, i, false, findings);
     }
-    for i in 0..paragraphs.len() {
-        if i % 256 == 255 {
-            between();
-        }
+    for i in c.phrases.gate.lines(paragraphs, between) {
         scan_line(field, paragraphs, paragraphs, i, true, findings);
     }
 }

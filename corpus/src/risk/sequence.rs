@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use super::context::{self, Line};
+use super::gate::Gate;
 use super::{Field, Finding, Level, Mitigation};
 
 /// How many logical lines after a download its execution still counts as the same step.
@@ -18,6 +19,24 @@ struct Patterns {
     drop: Regex,
     disposable: Regex,
     confirm: Regex,
+}
+
+/// The lines of a view that [`Patterns`]' line tests can match in.
+struct Gates {
+    /// `download` or `url_file`.
+    downloads: Gate,
+    drops: Gate,
+}
+
+fn gates() -> &'static Gates {
+    static G: OnceLock<Gates> = OnceLock::new();
+    G.get_or_init(|| {
+        let p = patterns();
+        Gates {
+            downloads: Gate::new(&[p.download.as_str(), p.url_file.as_str()]),
+            drops: Gate::new(&[p.drop.as_str()]),
+        }
+    })
 }
 
 fn patterns() -> &'static Patterns {
@@ -83,7 +102,8 @@ pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Ve
 
 fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
     let p = patterns();
-    for (i, line) in lines.iter().enumerate() {
+    for i in gates().downloads.lines(lines, &mut || {}) {
+        let line = &lines[i];
         let downloaded = p
             .download
             .captures(&line.text)
@@ -150,7 +170,8 @@ fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &m
 
 fn databases_dropped(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
     let p = patterns();
-    for (i, line) in lines.iter().enumerate() {
+    for i in gates().drops.lines(lines, &mut || {}) {
+        let line = &lines[i];
         let Some(c) = p.drop.captures(&line.text) else {
             continue;
         };
