@@ -398,7 +398,7 @@ pub fn init() {
     GucRegistry::define_int_guc(
         c"pg_skills.bm25_load_append_pages",
         c"Append-area pages this session's inserts let a bm25 index's append area reach before merging it (0: the index's append_pages).",
-        c"A load raises it so that the area is merged into a segment less often: skills.apply_staging sets the most, 256, and merges the area when it ends. Queries read the whole area, so until then they read more. Never lower than the index's own append_pages.",
+        c"A load raises it so that the area is merged into a segment less often, and segments merge eight of a size class at a time: skills.apply_staging sets the most, 256, and merges the area and the segments back when it ends. Queries read the whole area, so until then they read more. Never lower than the index's own append_pages.",
         &BM25_LOAD_APPEND_PAGES,
         0,
         BM25_LOAD_APPEND_PAGES_MAX,

@@ -9,7 +9,7 @@
 use pgrx::pg_sys;
 
 use pg_skills_kernels::bm25index::append;
-use pg_skills_kernels::bm25index::maintenance::flush_append;
+use pg_skills_kernels::bm25index::maintenance::{flush_append, flush_append_in_load};
 use pg_skills_kernels::bm25index::Tid;
 
 use super::{analyze_datum, checked_meta, reading, IndexLocks, MAINTENANCE_LOCK};
@@ -27,28 +27,36 @@ unsafe fn insert_document(index: pg_sys::Relation, value: pg_sys::Datum, tid: Ti
     })
     .or_raise(index)
     {
-        merge_unless_merging(index, &store);
+        // A session loading (a larger append area) merges segments the load's way; the load's
+        // end (`skills.bm25_merge_append`) brings them back to the usual few.
+        merge_unless_merging(index, &store, load_pages > 0);
     }
 }
 
 /// Merges the append area into a segment unless another merge or a VACUUM is running (which
 /// then takes care of it: never wait on the insert path). False when it did not merge, or the
-/// area was empty.
-fn merge_unless_merging(index: pg_sys::Relation, store: &BufferStore) -> bool {
+/// area was empty. `in_load`: segments merge as in a bulk load ([`flush_append_in_load`]).
+fn merge_unless_merging(index: pg_sys::Relation, store: &BufferStore, in_load: bool) -> bool {
     let locks = IndexLocks(index);
     if !locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
         return false;
     }
-    let merged = flush_append(store, &locks).or_raise(index);
+    let flush = if in_load {
+        flush_append_in_load
+    } else {
+        flush_append
+    };
+    let merged = flush(store, &locks).or_raise(index);
     locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
     merged
 }
 
 /// Merges the append area of a bm25 index into a segment now, as the insert that finds the area
-/// full (or VACUUM) would. Returns false when the area was empty or another merge or VACUUM is
-/// running (which then merges it). Needs INSERT on the indexed table. `skills.apply_staging`
-/// calls it when a load that raised `pg_skills.bm25_load_append_pages` ends, so that searches
-/// read a small area again.
+/// full (or VACUUM) would, and merges segments until their sizes are a binary counter again (a
+/// load's inserts merge them in larger groups). Returns false when the area was empty or another
+/// merge or VACUUM is running (which then merges it). Needs INSERT on the indexed table.
+/// `skills.apply_staging` calls it when a load that raised `pg_skills.bm25_load_append_pages`
+/// ends, so that searches read a small area and few segments again.
 #[pgrx::pg_extern(volatile, parallel_unsafe)]
 pub(crate) fn bm25_merge_append(index: pg_sys::Oid) -> bool {
     use crate::am::{open_index_for, IndexUse};
@@ -70,7 +78,7 @@ pub(crate) fn bm25_merge_append(index: pg_sys::Oid) -> bool {
     unsafe {
         let store = BufferStore::new(rel, Mode::Logged);
         checked_meta(&store, rel);
-        let merged = merge_unless_merging(rel, &store);
+        let merged = merge_unless_merging(rel, &store, false);
         pg_sys::relation_close(rel, IndexUse::Write.lock());
         merged
     }

@@ -207,8 +207,28 @@ pub fn merge_segments<S: PageWrite>(
     Ok(())
 }
 
-/// Turns the append area into a segment. Returns false when there was nothing to merge.
+/// How many segments of one size class a merge takes in a bulk load ([`flush_append_in_load`]).
+pub const LOAD_FAN_IN: usize = 8;
+
+/// Turns the append area into a segment, then keeps segment sizes a binary counter
+/// ([`merge_by_size`], also when the area is empty). Returns false when the area was empty.
 pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
+    flush_append_with(store, ex, 2)
+}
+
+/// [`flush_append`] for a bulk load: segments merge [`LOAD_FAN_IN`] of one size class at a time,
+/// so each document is rewritten about log₈ instead of log₂ of the number of flushes times, and
+/// there are a few more segments meanwhile. A plain [`flush_append`] at the load's end brings
+/// them back to the binary counter's few.
+pub fn flush_append_in_load<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
+    flush_append_with(store, ex, LOAD_FAN_IN)
+}
+
+fn flush_append_with<S: PageWrite>(
+    store: &S,
+    ex: &dyn Exclusion,
+    fan_in: usize,
+) -> Result<bool, Corrupt> {
     let meta = read_meta(store)?;
     let frozen = if meta.frozen_head != NO_BLOCK {
         // A previous merge stopped half-way (an error or a crash): finish it.
@@ -217,6 +237,8 @@ pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool,
         let head = check_block(store, meta.append_head, FIRST_DATA_BLOCK, "the append area")?;
         let header = PageHeader::read(&store.read(head), PageKind::Append).in_block(head)?;
         if header.count == 0 && header.next == NO_BLOCK {
+            // Nothing to flush; the segments may still be out of shape (a load's end).
+            merge_by_policy(store, ex, fan_in)?;
             return Ok(false);
         }
         freeze_append(store)?
@@ -246,8 +268,21 @@ pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool,
     .and_then(|_| store.free(&old_pages));
     ex.let_readers_in();
     published?;
-    merge_by_size(store, ex)?;
+    merge_by_policy(store, ex, fan_in)?;
     Ok(true)
+}
+
+/// [`merge_by_size`] for a fan-in of 2, else [`merge_by_class`].
+fn merge_by_policy<S: PageWrite>(
+    store: &S,
+    ex: &dyn Exclusion,
+    fan_in: usize,
+) -> Result<(), Corrupt> {
+    if fan_in <= 2 {
+        merge_by_size(store, ex)
+    } else {
+        merge_by_class(store, ex, fan_in)
+    }
 }
 
 /// Points inserters at a new, empty append area and freezes the old one; returns the old head.
@@ -270,9 +305,11 @@ fn freeze_append<S: PageWrite>(store: &S) -> Result<BlockNumber, Corrupt> {
     Ok(m.frozen_head)
 }
 
-/// Keeps the number of segments logarithmic: while the newest segment is at least half the size
-/// of the one before it, the two are merged (a binary counter over segment sizes). Every merge
-/// leaves fewer segments, so this ends.
+/// Keeps the number of segments logarithmic: while a segment is at least half the size of the
+/// one before it, the two are merged, the newest such pair first (a binary counter over segment
+/// sizes). Inserts only ever break that at the newest pair; a load's size classes
+/// ([`flush_append_in_load`]) and VACUUM's rewrites can break it anywhere. Every merge leaves
+/// fewer segments, so this ends.
 fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
     loop {
         let sizes: Vec<u64> = read_meta(store)?
@@ -283,11 +320,50 @@ fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corr
         let n = sizes.len();
         if n >= MAX_SEGMENTS - 2 {
             merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
-        } else if n >= 2 && sizes[n - 1] * 2 >= sizes[n - 2] {
-            merge_segments(store, &[n - 2, n - 1], ex)?;
+        } else if let Some(i) = (0..n.saturating_sub(1))
+            .rev()
+            .find(|&i| sizes[i + 1] * 2 >= sizes[i])
+        {
+            merge_segments(store, &[i, i + 1], ex)?;
         } else {
             return Ok(());
         }
+    }
+}
+
+/// Merges the newest segments while at least `fan_in` of them in a row share the newest one's
+/// size class (⌊log_fan_in(documents)⌋): the tiers of a size-tiered merge policy. Segments are
+/// older and larger first, so a merge's result joins the class above. Every merge leaves fewer
+/// segments, so this ends.
+fn merge_by_class<S: PageWrite>(
+    store: &S,
+    ex: &dyn Exclusion,
+    fan_in: usize,
+) -> Result<(), Corrupt> {
+    let class = |docs: u64| docs.max(1).ilog(fan_in as u64);
+    loop {
+        let sizes: Vec<u64> = read_meta(store)?
+            .segments
+            .iter()
+            .map(|s| s.num_docs as u64)
+            .collect();
+        let n = sizes.len();
+        if n >= MAX_SEGMENTS - 2 {
+            merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
+            continue;
+        }
+        let Some(&newest) = sizes.last() else {
+            return Ok(());
+        };
+        let run = sizes
+            .iter()
+            .rev()
+            .take_while(|&&s| class(s) == class(newest))
+            .count();
+        if run < fan_in {
+            return Ok(());
+        }
+        merge_segments(store, &(n - run..n).collect::<Vec<_>>(), ex)?;
     }
 }
 

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::maintenance::{
-    add_segment, bulk_delete, flush_append, initialize, merge_all, vacuum_cleanup,
+    add_segment, bulk_delete, flush_append, flush_append_in_load, initialize, merge_all,
+    vacuum_cleanup, LOAD_FAN_IN,
 };
 use super::segment::SegmentBuilder;
 use super::*;
@@ -253,12 +254,21 @@ impl Harness {
     }
 
     fn insert(&mut self) {
+        self.insert_with(flush_append);
+    }
+
+    /// An insert of a bulk load: a full append area merges with the load's policy.
+    fn insert_in_load(&mut self) {
+        self.insert_with(flush_append_in_load);
+    }
+
+    fn insert_with(&mut self, flush: fn(&MemoryStore, &dyn Exclusion) -> Result<bool, Corrupt>) {
         let doc = random_doc(&mut self.rng);
         let id = self.next_id;
         self.next_id += 1;
         let analyzed = self.analyzed(&doc);
         if append::insert(&self.store, tid_of(id), &analyzed).unwrap() {
-            flush_append(&self.store, &NoReaders).unwrap();
+            flush(&self.store, &NoReaders).unwrap();
         }
         self.live.insert(id, doc);
     }
@@ -559,6 +569,85 @@ fn all_documents_lists_live_tids_once() {
 
 fn read_meta_segments(store: &MemoryStore) -> usize {
     append::read_meta(store).unwrap().segments.len()
+}
+
+fn segment_sizes(store: &MemoryStore) -> Vec<u64> {
+    append::read_meta(store)
+        .unwrap()
+        .segments
+        .iter()
+        .map(|s| s.num_docs as u64)
+        .collect()
+}
+
+/// Documents written into segments by one step: the sizes of the segments it added (a flush's
+/// new one, a merge's output), by comparing the segment sizes before and after it.
+fn documents_written(before: &[u64], after: &[u64]) -> u64 {
+    let mut gone = before.to_vec();
+    let mut written = 0;
+    for size in after {
+        match gone.iter().position(|g| g == size) {
+            Some(at) => {
+                gone.swap_remove(at);
+            }
+            None => written += size,
+        }
+    }
+    written
+}
+
+#[test]
+fn a_load_merges_a_size_class_at_once_and_its_end_restores_the_binary_counter() {
+    for seed in seeds().into_iter().take(4) {
+        println!("seed {seed}");
+        // The same documents inserted as ordinary inserts and as a load.
+        let mut written = [0u64; 2];
+        for (policy, in_load) in [false, true].into_iter().enumerate() {
+            let mut h = Harness::new(seed, 1024);
+            let mut most = 0;
+            let mut sizes = segment_sizes(&h.store);
+            for _ in 0..1500 {
+                if in_load {
+                    h.insert_in_load();
+                } else {
+                    h.insert();
+                }
+                let after = segment_sizes(&h.store);
+                written[policy] += documents_written(&sizes, &after);
+                sizes = after;
+                most = most.max(sizes.len());
+                if in_load && !sizes.is_empty() {
+                    // No `LOAD_FAN_IN` newest segments of one class are left unmerged.
+                    let class = |d: u64| d.max(1).ilog(LOAD_FAN_IN as u64);
+                    let newest = class(*sizes.last().unwrap());
+                    let run = sizes
+                        .iter()
+                        .rev()
+                        .take_while(|&&d| class(d) == newest)
+                        .count();
+                    assert!(run < LOAD_FAN_IN, "seed {seed}: {sizes:?}");
+                }
+            }
+            assert!(most < 40, "seed {seed}: at most {most} segments");
+            h.check(10);
+            // The end of a load (and any later insert): a plain flush merges down to the binary
+            // counter's shape.
+            flush_append(&h.store, &NoReaders).unwrap();
+            let after = segment_sizes(&h.store);
+            written[policy] += documents_written(&sizes, &after);
+            let sizes = after;
+            assert!(
+                sizes.windows(2).all(|w| w[1] * 2 < w[0]),
+                "seed {seed}: {sizes:?}"
+            );
+            h.check(10);
+        }
+        // The load, its end included, rewrote documents fewer times.
+        assert!(
+            written[1] * 5 < written[0] * 4,
+            "seed {seed}: documents written {written:?}"
+        );
+    }
 }
 
 #[test]
