@@ -20,6 +20,9 @@ DECLARE
     doc_bytes   bigint;
     new_hash    text;
     scan        jsonb;
+    derived     skills.skill_derived_columns;
+    unchanged_hash text := '';
+    classify    boolean;
     previous_end timestamptz;
 BEGIN
     IF NEW.name IS NULL OR btrim(NEW.name) = '' THEN
@@ -29,7 +32,21 @@ BEGIN
     END IF;
     NEW.description := coalesce(NEW.description, '');
     NEW.instructions := coalesce(NEW.instructions, '');
-    new_hash := skills.content_hash(NEW.name, NEW.description, NEW.instructions);
+    -- The hash, and unless the content is unchanged or over the limit (refused below) also the
+    -- token count, the risk scan and (where the category is to be derived) the category, in
+    -- one call that reads the texts once.
+    limit_bytes := skills.max_document_bytes();
+    classify := NEW.category IS NULL;
+    IF TG_OP = 'UPDATE' THEN
+        unchanged_hash := OLD.content_hash;
+        -- A hand-set category survives new versions (see below).
+        IF OLD.category_locked AND coalesce(NEW.category_locked, false) THEN
+            classify := false;
+        END IF;
+    END IF;
+    derived := skills.skill_derived_columns(NEW.name, NEW.description, NEW.instructions,
+                                            unchanged_hash, classify, limit_bytes);
+    new_hash := derived.content_hash;
 
     IF TG_OP = 'UPDATE' AND new_hash = OLD.content_hash THEN
         -- Same normalised content: derived columns stay; category and provenance may be edited.
@@ -62,7 +79,6 @@ BEGIN
         RETURN NEW;
     END IF;
 
-    limit_bytes := skills.max_document_bytes();
     doc_bytes := octet_length(NEW.name) + octet_length(NEW.description) + octet_length(NEW.instructions);
     IF doc_bytes > limit_bytes THEN
         RAISE EXCEPTION 'skill "%" is % bytes, over the limit of % bytes', left(NEW.name, 64), doc_bytes, limit_bytes
@@ -72,8 +88,8 @@ BEGIN
     END IF;
 
     NEW.content_hash := new_hash;
-    NEW.token_count := skills.token_count(NEW.name, NEW.description, NEW.instructions);
-    scan := skills.risk_scan(NEW.name, NEW.description, NEW.instructions);
+    NEW.token_count := derived.token_count;
+    scan := derived.risk;
     NEW.risk := (scan ->> 'level')::skills.risk_level;
     NEW.risk_findings := scan -> 'findings';
     NEW.risk_rules_version := (scan ->> 'rules_version')::integer;
@@ -83,7 +99,7 @@ BEGIN
         NEW.category := OLD.category;
     END IF;
     IF NEW.category IS NULL THEN
-        NEW.category := skills.classify(NEW.name, NEW.description, NEW.instructions);
+        NEW.category := derived.category::skills.category;
     END IF;
 
     IF TG_OP = 'UPDATE' THEN

@@ -7,6 +7,10 @@
 -- Build it with skills.bm25query(query, index) or skills.bm25_global_query(query, index).
 CREATE TYPE skills.bm25query AS (index oid, query text, corpus jsonb);
 
+-- What the row trigger on skills.skill derives from a document (skills.skill_derived_columns):
+-- NULL columns were not computed. risk is what skills.risk_scan returns.
+CREATE TYPE skills.skill_derived_columns AS (content_hash text, token_count integer, risk jsonb, category text);
+
 CREATE TYPE skills.category AS ENUM (
     'code_generation',
     'testing',

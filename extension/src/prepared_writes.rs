@@ -1,14 +1,15 @@
 //! The derived columns of skills a load is about to insert, computed ahead on other threads.
 //!
-//! The row trigger on `skills.skill` derives each new version's prompt token count, risk findings
-//! and category from its text (`skills.token_count`, `skills.risk_scan`, `skills.classify`):
-//! most of a bulk load's time, one row after another on the loading backend's one core.
-//! `skills.apply_staging` hands each chunk of rows it is about to insert to
-//! `skills.prepare_skill_writes` one chunk ahead: the chunk is computed on the encoder's threads
-//! while the backend inserts the chunk before it. The three functions then answer from there
-//! when asked about exactly the same text (waiting for the chunk's computation when it is still
-//! running), and compute as before otherwise. What was computed is forgotten when the
-//! transaction ends.
+//! The row trigger on `skills.skill` derives each new version's content hash, prompt token
+//! count, risk findings and category from its text (`skills.skill_derived_columns`, and the
+//! same values one at a time from `skills.content_hash`, `skills.token_count`,
+//! `skills.risk_scan`, `skills.classify`): most of a bulk load's time, one row after another on
+//! the loading backend's one core. `skills.apply_staging` hands each chunk of rows it is about to
+//! insert to `skills.prepare_skill_writes` one chunk ahead: the chunk is computed on the
+//! encoder's threads while the backend inserts the chunk before it. The functions then answer
+//! from there when asked about exactly the same text (waiting for the chunk's computation when
+//! it is still running), and compute as before otherwise. What was computed is forgotten when
+//! the transaction ends.
 //!
 //! A remembered value is the function's own result on the same three strings (compared in full,
 //! not by hash), so no input can make a row get another text's values; the functions stay
@@ -38,12 +39,22 @@ const KEPT_BATCHES: usize = 2;
 /// How often a backend waiting for a batch checks for cancellation.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
 
-/// One document's fields and what the three functions return for them.
+/// One document's fields and what the functions return for them.
 struct Prepared {
     fields: [String; 3],
+    content_hash: String,
     token_count: i32,
     risk: serde_json::Value,
     category: &'static str,
+}
+
+/// What the row trigger derives from one document ([`derived`]).
+pub(crate) struct Derived {
+    pub content_hash: String,
+    pub token_count: i32,
+    /// As `skills.risk_scan` returns it.
+    pub risk: serde_json::Value,
+    pub category: &'static str,
 }
 
 type PreparedMap = HashMap<u64, Prepared>;
@@ -113,10 +124,12 @@ pub(crate) fn risk_json(report: &risk::Report) -> serde_json::Value {
 
 fn compute(fields: [String; 3]) -> Prepared {
     let [name, description, instructions] = &fields;
+    let content_hash = skill::content_hash(name, description, instructions);
     let tokens = skill::token_count(name, description, instructions);
     let report = risk::scan(name, description, instructions);
     let category = category::classify(name, description, instructions).as_str();
     Prepared {
+        content_hash,
         token_count: i32::try_from(tokens).unwrap_or(i32::MAX),
         risk: risk_json(&report),
         category,
@@ -138,6 +151,16 @@ fn lookup<T>(fields: [&str; 3], get: impl FnOnce(&Prepared) -> T) -> Option<T> {
             .get(&key)
             .filter(|p| p.fields.iter().zip(fields).all(|(a, b)| a == b))
             .map(get)
+    })
+}
+
+/// Everything remembered for these fields, with one lookup.
+pub(crate) fn derived(name: &str, description: &str, instructions: &str) -> Option<Derived> {
+    lookup([name, description, instructions], |p| Derived {
+        content_hash: p.content_hash.clone(),
+        token_count: p.token_count,
+        risk: p.risk.clone(),
+        category: p.category,
     })
 }
 
