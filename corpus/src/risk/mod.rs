@@ -186,6 +186,17 @@ pub fn scan_with(
     Report { level, findings }
 }
 
+/// Every pattern tested on logical lines (the rules' commands, downloads, dropped databases)
+/// in one gate: one search over a field's lines finds the lines any of them may match in.
+fn line_gate() -> &'static gate::Gate {
+    static G: std::sync::OnceLock<gate::Gate> = std::sync::OnceLock::new();
+    G.get_or_init(|| {
+        let mut sources: Vec<&str> = rules::line_sources().iter().map(String::as_str).collect();
+        sources.extend(sequence::line_sources());
+        gate::Gate::new(&sources)
+    })
+}
+
 fn scan_field(
     field: Field,
     text: &str,
@@ -194,11 +205,12 @@ fn scan_field(
 ) {
     let lines = context::logical_lines(text);
     let paragraphs = context::paragraphs(&lines);
-    rules::scan(field, &lines, &paragraphs, findings, between_lines);
+    let candidates = line_gate().lines(&lines, between_lines);
+    rules::scan(field, &lines, &paragraphs, &candidates, findings, between_lines);
     for line in &lines {
         unicode::scan_line(field, line, findings);
     }
-    sequence::scan(field, &lines, &paragraphs, findings);
+    sequence::scan(field, &lines, &paragraphs, &candidates, findings);
     findings.sort_by_key(|f| (f.field as u8, f.lines.0, f.rule));
 }
 

@@ -259,8 +259,6 @@ const PATTERNS: &[Pattern] = &[
 struct PatternSet {
     set: RegexSet,
     members: Vec<usize>,
-    /// The same patterns over a whole view: which lines to test with `set`.
-    gate: Gate,
 }
 
 impl PatternSet {
@@ -273,8 +271,7 @@ impl PatternSet {
             .dfa_size_limit(64 << 20)
             .build()
             .expect("valid rule patterns");
-        let gate = Gate::new(&members.iter().map(|&i| &sources[i]).collect::<Vec<_>>());
-        PatternSet { set, members, gate }
+        PatternSet { set, members }
     }
 
     /// Indexes in [`PATTERNS`] of the patterns that match somewhere in `text`. Most text matches
@@ -291,8 +288,12 @@ impl PatternSet {
 struct Compiled {
     /// Command and always-on patterns, run on logical lines.
     lines: PatternSet,
+    /// Their sources, for the risk scan's gate over lines (`super::line_gate`).
+    line_sources: Vec<String>,
     /// Phrase patterns, run on paragraphs.
     phrases: PatternSet,
+    /// The phrase patterns over a whole view of paragraphs: which paragraphs to test.
+    phrase_gate: Gate,
     regexes: Vec<Regex>,
 }
 
@@ -303,6 +304,8 @@ fn compiled() -> &'static Compiled {
         let (phrases, lines): (Vec<usize>, Vec<usize>) =
             (0..PATTERNS.len()).partition(|&i| matches!(PATTERNS[i].context, Phrase));
         Compiled {
+            line_sources: lines.iter().map(|&i| sources[i].clone()).collect(),
+            phrase_gate: Gate::new(&phrases.iter().map(|&i| &sources[i]).collect::<Vec<_>>()),
             lines: PatternSet::new(&sources, lines),
             phrases: PatternSet::new(&sources, phrases),
             regexes: sources.iter().map(|s| context::regex(s)).collect(),
@@ -310,14 +313,27 @@ fn compiled() -> &'static Compiled {
     })
 }
 
-/// The pattern rules' findings on one field: commands per logical line, phrases per paragraph,
-/// on the lines the sets' gates pick.
-pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>, between: &mut dyn FnMut()) {
+/// Sources of the patterns [`scan`] tests on logical lines.
+pub fn line_sources() -> &'static [String] {
+    &compiled().line_sources
+}
+
+/// The pattern rules' findings on one field: commands on the logical lines `candidates` (those
+/// where a line pattern may match, from the scan's gate), phrases on the paragraphs their gate
+/// picks.
+pub fn scan(
+    field: Field,
+    lines: &[Line],
+    paragraphs: &[Line],
+    candidates: &[usize],
+    findings: &mut Vec<Finding>,
+    between: &mut dyn FnMut(),
+) {
     let c = compiled();
-    for i in c.lines.gate.lines(lines, between) {
+    for &i in candidates {
         scan_line(field, lines, paragraphs, i, false, findings);
     }
-    for i in c.phrases.gate.lines(paragraphs, between) {
+    for i in c.phrase_gate.lines(paragraphs, between) {
         scan_line(field, paragraphs, paragraphs, i, true, findings);
     }
 }

@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use super::context::{self, Line};
-use super::gate::Gate;
 use super::{Field, Finding, Level, Mitigation};
 
 /// How many logical lines after a download its execution still counts as the same step.
@@ -21,22 +20,11 @@ struct Patterns {
     confirm: Regex,
 }
 
-/// The lines of a view that [`Patterns`]' line tests can match in.
-struct Gates {
-    /// `download` or `url_file`.
-    downloads: Gate,
-    drops: Gate,
-}
-
-fn gates() -> &'static Gates {
-    static G: OnceLock<Gates> = OnceLock::new();
-    G.get_or_init(|| {
-        let p = patterns();
-        Gates {
-            downloads: Gate::new(&[p.download.as_str(), p.url_file.as_str()]),
-            drops: Gate::new(&[p.drop.as_str()]),
-        }
-    })
+/// Sources of the patterns the rules here test on logical lines (a line where none matches
+/// starts no finding).
+pub fn line_sources() -> [&'static str; 3] {
+    let p = patterns();
+    [p.download.as_str(), p.url_file.as_str(), p.drop.as_str()]
 }
 
 fn patterns() -> &'static Patterns {
@@ -95,14 +83,16 @@ fn runs(line: &str, name: &str) -> bool {
     })
 }
 
-pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
-    downloads_run(field, lines, paragraphs, findings);
-    databases_dropped(field, lines, paragraphs, findings);
+/// Findings on one field, starting on the logical lines `candidates` (those where one of
+/// [`line_sources`] may match, from the scan's gate).
+pub fn scan(field: Field, lines: &[Line], paragraphs: &[Line], candidates: &[usize], findings: &mut Vec<Finding>) {
+    downloads_run(field, lines, paragraphs, candidates, findings);
+    databases_dropped(field, lines, paragraphs, candidates, findings);
 }
 
-fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
+fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], candidates: &[usize], findings: &mut Vec<Finding>) {
     let p = patterns();
-    for i in gates().downloads.lines(lines, &mut || {}) {
+    for &i in candidates {
         let line = &lines[i];
         let downloaded = p
             .download
@@ -168,9 +158,9 @@ fn downloads_run(field: Field, lines: &[Line], paragraphs: &[Line], findings: &m
     }
 }
 
-fn databases_dropped(field: Field, lines: &[Line], paragraphs: &[Line], findings: &mut Vec<Finding>) {
+fn databases_dropped(field: Field, lines: &[Line], paragraphs: &[Line], candidates: &[usize], findings: &mut Vec<Finding>) {
     let p = patterns();
-    for i in gates().drops.lines(lines, &mut || {}) {
+    for &i in candidates {
         let line = &lines[i];
         let Some(c) = p.drop.captures(&line.text) else {
             continue;
