@@ -305,66 +305,63 @@ fn freeze_append<S: PageWrite>(store: &S) -> Result<BlockNumber, Corrupt> {
     Ok(m.frozen_head)
 }
 
-/// Keeps the number of segments logarithmic: while a segment is at least half the size of the
-/// one before it, the two are merged, the newest such pair first (a binary counter over segment
-/// sizes). Inserts only ever break that at the newest pair; a load's size classes
-/// ([`flush_append_in_load`]) and VACUUM's rewrites can break it anywhere. Every merge leaves
-/// fewer segments, so this ends.
-fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
+/// Merges segments while `pick` names some to merge, given their document counts (oldest
+/// first), and all of them once there are nearly [`MAX_SEGMENTS`]. `pick` names at least two
+/// segments, so every merge leaves fewer and this ends.
+fn merge_while<S: PageWrite>(
+    store: &S,
+    ex: &dyn Exclusion,
+    pick: impl Fn(&[u64]) -> Option<Vec<usize>>,
+) -> Result<(), Corrupt> {
     loop {
         let sizes: Vec<u64> = read_meta(store)?
             .segments
             .iter()
             .map(|s| s.num_docs as u64)
             .collect();
-        let n = sizes.len();
-        if n >= MAX_SEGMENTS - 2 {
-            merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
-        } else if let Some(i) = (0..n.saturating_sub(1))
+        let which = if sizes.len() >= MAX_SEGMENTS - 2 {
+            (0..sizes.len()).collect()
+        } else {
+            match pick(&sizes) {
+                Some(which) => which,
+                None => return Ok(()),
+            }
+        };
+        merge_segments(store, &which, ex)?;
+    }
+}
+
+/// Keeps the number of segments logarithmic: while a segment is at least half the size of the
+/// one before it, the two are merged, the newest such pair first (a binary counter over segment
+/// sizes). Inserts only ever break that at the newest pair; a load's size classes
+/// ([`flush_append_in_load`]) and VACUUM's rewrites can break it anywhere.
+fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
+    merge_while(store, ex, |sizes| {
+        (0..sizes.len().saturating_sub(1))
             .rev()
             .find(|&i| sizes[i + 1] * 2 >= sizes[i])
-        {
-            merge_segments(store, &[i, i + 1], ex)?;
-        } else {
-            return Ok(());
-        }
-    }
+            .map(|i| vec![i, i + 1])
+    })
 }
 
 /// Merges the newest segments while at least `fan_in` of them in a row share the newest one's
 /// size class (⌊log_fan_in(documents)⌋): the tiers of a size-tiered merge policy. Segments are
-/// older and larger first, so a merge's result joins the class above. Every merge leaves fewer
-/// segments, so this ends.
+/// older and larger first, so a merge's result joins the class above.
 fn merge_by_class<S: PageWrite>(
     store: &S,
     ex: &dyn Exclusion,
     fan_in: usize,
 ) -> Result<(), Corrupt> {
     let class = |docs: u64| docs.max(1).ilog(fan_in as u64);
-    loop {
-        let sizes: Vec<u64> = read_meta(store)?
-            .segments
-            .iter()
-            .map(|s| s.num_docs as u64)
-            .collect();
-        let n = sizes.len();
-        if n >= MAX_SEGMENTS - 2 {
-            merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
-            continue;
-        }
-        let Some(&newest) = sizes.last() else {
-            return Ok(());
-        };
+    merge_while(store, ex, |sizes| {
+        let newest = class(*sizes.last()?);
         let run = sizes
             .iter()
             .rev()
-            .take_while(|&&s| class(s) == class(newest))
+            .take_while(|&&s| class(s) == newest)
             .count();
-        if run < fan_in {
-            return Ok(());
-        }
-        merge_segments(store, &(n - run..n).collect::<Vec<_>>(), ex)?;
-    }
+        (run >= fan_in).then(|| (sizes.len() - run..sizes.len()).collect())
+    })
 }
 
 /// Result of [`bulk_delete`].
