@@ -274,9 +274,10 @@ impl PatternSet {
         PatternSet { set, members }
     }
 
-    /// Indexes in [`PATTERNS`] of the patterns that match somewhere in `text`. Most text matches
-    /// none: a plain match test answers that far more cheaply than the search for every
-    /// pattern's matches, which the set only runs when there is one.
+    /// Indexes in [`PATTERNS`] of the patterns that match somewhere in `text`. A line the scan's
+    /// gate picked may match none of them (it may hold only a download, a dropped database, or a
+    /// match that ran over the line's end): a plain match test answers that more cheaply than
+    /// the search for every pattern's matches, which the set only runs when there is one.
     fn matching(&self, text: &str) -> Vec<usize> {
         if !self.set.is_match(text) {
             return Vec::new();

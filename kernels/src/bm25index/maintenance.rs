@@ -213,7 +213,7 @@ pub const LOAD_FAN_IN: usize = 8;
 /// Turns the append area into a segment, then keeps segment sizes a binary counter
 /// ([`merge_by_size`], also when the area is empty). Returns false when the area was empty.
 pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
-    flush_append_with(store, ex, 2)
+    flush_append_with(store, ex, merge_by_size)
 }
 
 /// [`flush_append`] for a bulk load: segments merge [`LOAD_FAN_IN`] of one size class at a time,
@@ -221,13 +221,16 @@ pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool,
 /// there are a few more segments meanwhile. A plain [`flush_append`] at the load's end brings
 /// them back to the binary counter's few.
 pub fn flush_append_in_load<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
-    flush_append_with(store, ex, LOAD_FAN_IN)
+    flush_append_with(store, ex, |store, ex| {
+        merge_by_class(store, ex, LOAD_FAN_IN)
+    })
 }
 
+/// The flush, then `rebalance` (a merge policy) over the segments.
 fn flush_append_with<S: PageWrite>(
     store: &S,
     ex: &dyn Exclusion,
-    fan_in: usize,
+    rebalance: impl Fn(&S, &dyn Exclusion) -> Result<(), Corrupt>,
 ) -> Result<bool, Corrupt> {
     let meta = read_meta(store)?;
     let frozen = if meta.frozen_head != NO_BLOCK {
@@ -238,7 +241,7 @@ fn flush_append_with<S: PageWrite>(
         let header = PageHeader::read(&store.read(head), PageKind::Append).in_block(head)?;
         if header.count == 0 && header.next == NO_BLOCK {
             // Nothing to flush; the segments may still be out of shape (a load's end).
-            merge_by_policy(store, ex, fan_in)?;
+            rebalance(store, ex)?;
             return Ok(false);
         }
         freeze_append(store)?
@@ -268,21 +271,8 @@ fn flush_append_with<S: PageWrite>(
     .and_then(|_| store.free(&old_pages));
     ex.let_readers_in();
     published?;
-    merge_by_policy(store, ex, fan_in)?;
+    rebalance(store, ex)?;
     Ok(true)
-}
-
-/// [`merge_by_size`] for a fan-in of 2, else [`merge_by_class`].
-fn merge_by_policy<S: PageWrite>(
-    store: &S,
-    ex: &dyn Exclusion,
-    fan_in: usize,
-) -> Result<(), Corrupt> {
-    if fan_in <= 2 {
-        merge_by_size(store, ex)
-    } else {
-        merge_by_class(store, ex, fan_in)
-    }
 }
 
 /// Points inserters at a new, empty append area and freezes the old one; returns the old head.
