@@ -118,6 +118,10 @@ pub static FIT_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static COMPRESSOR_RETRAIN_RUNS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Weight of an edge walked backwards, relative to the edge (Graph-of-Skills walks).
 pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
+/// Share of BM25 in KeyOpt's base relevance before a fit chooses one (and the share a fit keeps
+/// unless another is clearly better).
+pub static KEYOPT_BM25_SHARE: GucSetting<f64> =
+    GucSetting::<f64>::new(pg_skills_kernels::keyopt::fit::DEFAULT_BM25_SHARE as f64);
 /// KeyOpt's base relevance: a SQL function (query text, skill_ids bigint[]) → (skill_id, score);
 /// empty: the key inner product.
 pub static RELEVANCE_FUNCTION: GucSetting<Option<CString>> =
@@ -290,6 +294,16 @@ pub fn init() {
         c"Weight of a skill-graph edge walked backwards, as a fraction of its weight.",
         c"The graph method walks u -> v at the edge's weight and v -> u at this fraction of it (0: edges are one-way).",
         &GRAPH_REVERSE_WEIGHT,
+        0.0,
+        1.0,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"pg_skills.keyopt_bm25_share",
+        c"Share of BM25 in KeyOpt's base relevance r = q.k0 + w * BM25 / best BM25 until a fit chooses one.",
+        c"Read with no round and by a fit, which keeps it unless another share serves clearly better in cross-validation. 0: the key score alone.",
+        &KEYOPT_BM25_SHARE,
         0.0,
         1.0,
         GucContext::Userset,

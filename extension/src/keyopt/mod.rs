@@ -113,9 +113,12 @@ fn recorded_runs() -> Vec<RecordedRun> {
 }
 
 /// Fits with the base relevance r = qᵀk0 + w·BM25(q, s)/best BM25(q) for each w of
-/// `BM25_SHARES` and keeps the fit whose served ranking cross-validation scores best (ties: the
-/// smaller w). Without a discordant pair only w = 0 is fitted (the round is neutral anyway).
-/// Returns the fit, its w, and what each w scored (for the round's report).
+/// `BM25_SHARES` and keeps the fit whose served ranking cross-validation scores best, where a
+/// share must clearly beat the key score alone; a round that corrects nothing at the key score
+/// alone is read at `pg_skills.keyopt_bm25_share`, as a library with no round is
+/// (`choose_share`). Without a discordant pair only w = 0 is fitted (the round is neutral
+/// anyway). Returns the fit, the share it is read with, and what each w scored (for the round's
+/// report).
 fn fit_choosing_bm25_share(
     skill_keys: &[Vec<f32>],
     keys: &[(i64, String, Vec<f32>)],
@@ -123,11 +126,14 @@ fn fit_choosing_bm25_share(
     tasks: &[&str],
 ) -> (fitting::Fitted, f32, Vec<serde_json::Value>) {
     let options = FitOptions::default();
+    let default_share = crate::guc::KEYOPT_BM25_SHARE.get() as f32;
     let first = fitting::fit(skill_keys, events, &options);
     let tried = |w: f32, f: &fitting::Fitted| serde_json::json!({"bm25_share": w, "served_accuracy": f.report.served_accuracy()});
     if first.report.discordant_groups == 0 {
         let report = vec![tried(0.0, &first)];
-        return (first, 0.0, report);
+        let (_, fitted, share) =
+            fitting::choose_share(vec![first], default_share, options.min_gain_se);
+        return (fitted, share, report);
     }
     // BM25 of every distinct task over all skills, normalised by the task's best score.
     let mut bm25: HashMap<&str, HashMap<i64, f32>> = HashMap::new();
@@ -165,8 +171,8 @@ fn fit_choosing_bm25_share(
         .zip(&fits)
         .map(|(&w, f)| tried(w, f))
         .collect();
-    let (chosen, fitted) = fitting::best_of(fits, options.min_gain_se);
-    (fitted, fitting::BM25_SHARES[chosen], report)
+    let (_, fitted, share) = fitting::choose_share(fits, default_share, options.min_gain_se);
+    (fitted, share, report)
 }
 
 /// `skills.fit(trigger, activate)`: fits a round from every usable run and stores it, labelled

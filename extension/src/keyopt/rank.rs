@@ -477,7 +477,8 @@ pub fn ranked(
     let pool_len = pool.len();
     let pool: Vec<(i64, bool)> = pool.into_iter().chain(beyond).collect();
 
-    // r: the round's relevance function (the setting when there is no round), else qᵀk0.
+    // r: the round's relevance function (the setting when there is no round), else qᵀk0 plus
+    // a share of BM25.
     let function = match &round {
         Some(r) => relevance::for_round(r.relevance_function.as_deref(), r.round),
         None => relevance::configured()
@@ -490,8 +491,15 @@ pub fn ranked(
                 entry.1 = r;
             }
         }
-    } else if let Some(w) = round.as_ref().map(|r| r.bm25_share).filter(|&w| w > 0.0) {
-        // The round's r mixes in BM25, as its fit chose.
+    } else if let Some(w) = Some(
+        round
+            .as_ref()
+            .map_or(crate::guc::KEYOPT_BM25_SHARE.get() as f32, |r| r.bm25_share),
+    )
+    .filter(|&w| w > 0.0)
+    {
+        // r mixes in BM25: at the share the round's fit chose, or with no round at the
+        // setting's.
         let bm25 = crate::search::rank::bm25_normalised(query);
         for &(id, _) in &pool {
             if let Some(entry) = info.get_mut(&id) {

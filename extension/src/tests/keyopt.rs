@@ -8,12 +8,15 @@ mod tests {
     use pgrx::prelude::*;
 
     #[pg_test]
-    fn keyopt_without_rounds_or_pairs_ranks_like_semantic() {
+    fn keyopt_without_rounds_or_pairs_and_without_bm25_ranks_like_semantic() {
         if !have_model() {
             return;
         }
         demo_skills();
         exec("SELECT skills.embed_pending()");
+        // r is then the key score alone (the default share of BM25 is tested by
+        // with_no_round_the_base_relevance_mixes_in_the_setting_s_share_of_bm25).
+        exec("SET LOCAL pg_skills.keyopt_bm25_share = 0");
         let q = "'tests started failing after a merge, which commit broke them'";
         let semantic = search(&format!("{q}, k => 5, method => 'semantic'"));
         let keyopt = search(&format!("{q}, k => 5, method => 'keyopt'"));
@@ -132,6 +135,7 @@ mod tests {
             .cloned()
             .unwrap_or_default();
         assert_eq!(tried.len(), 4, "{}", report.0);
+
         let share: f64 = one(&format!(
             "SELECT (settings ->> 'bm25_share')::float8 FROM skills.keyopt_round WHERE round = {round}"
         ));
@@ -160,6 +164,59 @@ mod tests {
              WHERE abs(k.semantic - {rho} * (s.score + 0.25 * coalesce(b.score, 0))) < 1e-3"
         ));
         assert_eq!(checked, 5, "every served row's r mixes in BM25 at w = 0.25");
+    }
+
+    /// With no round, r is q·k0 plus `pg_skills.keyopt_bm25_share` of the query's BM25 over its
+    /// best score (0: the key score alone, the semantic order); a fit with nothing to learn
+    /// from keeps the setting's share.
+    #[pg_test]
+    fn with_no_round_the_base_relevance_mixes_in_the_setting_s_share_of_bm25() {
+        if !have_model() {
+            return;
+        }
+        let ids = demo_skills();
+        exec("SELECT skills.embed_pending()");
+        let q = "'my tests fail since I merged a branch'";
+        let rows_with_r_at = |w: f64| -> i64 {
+            one(&format!(
+                "WITH k AS (SELECT id, semantic FROM skills.search({q}, k => 5, method => 'keyopt')), \
+                      s AS (SELECT id, score FROM skills.search({q}, k => 100, method => 'semantic')), \
+                      b AS (SELECT id, score / max(score) OVER () AS score \
+                            FROM skills.search({q}, k => 100, method => 'bm25')) \
+                 SELECT count(*) FROM k JOIN s USING (id) LEFT JOIN b USING (id) \
+                 WHERE abs(k.semantic - (s.score + {w} * coalesce(b.score, 0))) < 1e-4"
+            ))
+        };
+        let default: f64 = one("SELECT current_setting('pg_skills.keyopt_bm25_share')::float8");
+        assert!((default - 0.1).abs() < 1e-9, "{default}");
+        assert_eq!(rows_with_r_at(0.1), 5);
+        assert!(
+            rows_with_r_at(0.0) < 5,
+            "some served skill shares words with the request, so the mix changes its r"
+        );
+        exec("SET LOCAL pg_skills.keyopt_bm25_share = 0");
+        assert_eq!(rows_with_r_at(0.0), 5);
+        let keyopt: Vec<i64> = search(&format!("{q}, k => 5, method => 'keyopt'"))
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        let semantic: Vec<i64> = search(&format!("{q}, k => 5, method => 'semantic'"))
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(keyopt, semantic);
+        // One passing arm: no discordant pair, a neutral round at the setting's share.
+        exec("SET LOCAL pg_skills.keyopt_bm25_share = 0.25");
+        exec(&format!(
+            "SELECT skills.record_run('t', '[{{\"skill_id\": {}, \"passed\": true}}]')",
+            ids[0]
+        ));
+        let round: i32 = one("SELECT skills.fit()");
+        let share: f64 = one(&format!(
+            "SELECT (settings ->> 'bm25_share')::float8 FROM skills.keyopt_round WHERE round = {round}"
+        ));
+        assert_eq!(share, 0.25);
+        exec("RESET pg_skills.keyopt_bm25_share");
     }
 
     #[pg_test]

@@ -38,7 +38,9 @@ use pg_skills_kernels::complements::{Link, LinkEdge};
 use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::graph::{rules, EdgeType};
-use pg_skills_kernels::keyopt::fit::{best_of, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES};
+use pg_skills_kernels::keyopt::fit::{
+    choose_share, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES, DEFAULT_BM25_SHARE,
+};
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
 use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
 use pg_skills_kernels::keyopt::simulate::{spearman, World};
@@ -59,6 +61,9 @@ struct Args {
     /// Skip the SkillsBench part (it embeds about 1,100 distractor documents on its first run).
     #[arg(long)]
     no_skillsbench: bool,
+    /// Skip the MetaTool part.
+    #[arg(long)]
+    no_metatool: bool,
     /// The demo corpus (the feedback-loop scenario of examples/demo.sql).
     #[arg(long, default_value = "corpus/demo")]
     demo: PathBuf,
@@ -117,9 +122,15 @@ struct Args {
     /// compressor trained on it.
     #[arg(long)]
     cross_fit: bool,
+    /// The BM25 share a round that corrects nothing at the key score alone is read with in the
+    /// base relevance comparison (`pg_skills.keyopt_bm25_share`).
+    #[arg(long, default_value_t = DEFAULT_BM25_SHARE)]
+    default_share: f32,
 }
 
 static FIT_OPTIONS: std::sync::OnceLock<FitOptions> = std::sync::OnceLock::new();
+/// `--default-share`.
+static DEFAULT_SHARE: std::sync::OnceLock<f32> = std::sync::OnceLock::new();
 
 /// The fit options of this run: the defaults with the command line's overrides.
 fn fit_options() -> FitOptions {
@@ -1320,11 +1331,32 @@ fn base_relevance(
                 .collect()
         })
         .collect();
-    // What skills.fit() would choose per split (the same rule: `best_of`).
-    let chosen: Vec<usize> = (0..splits.len())
+    // What skills.fit() would choose per split (the same rule: `choose_share`): the fit, and
+    // the share its round is read with.
+    let default_share = *DEFAULT_SHARE.get().unwrap_or(&DEFAULT_BM25_SHARE);
+    let chosen: Vec<(usize, f32)> = (0..splits.len())
         .map(|s| {
             let fits: Vec<Fitted> = fitted.iter().map(|per_w| per_w[s].0.clone()).collect();
-            best_of(fits, fit_options().min_gain_se).0
+            let (at, _, share) = choose_share(fits, default_share, fit_options().min_gain_se);
+            for (i, per_w) in fitted.iter().enumerate().skip(1) {
+                let (g, b) = (
+                    &per_w[s].0.report.served_per_group,
+                    &fitted[0][s].0.report.served_per_group,
+                );
+                if g.len() == b.len() && g.len() > 1 {
+                    let n = g.len() as f64;
+                    let d: Vec<f64> = g.iter().zip(b).map(|(x, y)| x - y).collect();
+                    let m = d.iter().sum::<f64>() / n;
+                    let v = d.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+                    eprintln!(
+                        "split {s}: w {} against the key score alone: {m:.4} ± {:.4} SE over {} groups",
+                        BM25_SHARES[i],
+                        (v / n).sqrt(),
+                        g.len()
+                    );
+                }
+            }
+            (at, share)
         })
         .collect();
     let tests: Vec<usize> = splits.iter().flat_map(|s| s.1.iter().copied()).collect();
@@ -1334,12 +1366,13 @@ fn base_relevance(
             .position(|s| s.1.contains(&q))
             .expect("a test query")
     };
-    let metrics_of = |w_of_split: &dyn Fn(usize) -> usize| {
+    // Each split's fit (by its position in BM25_SHARES) and the share it is read with.
+    let metrics_of = |of_split: &dyn Fn(usize) -> (usize, f32)| {
         evaluate(data, &tests, |q| {
             let s = split_of(q);
-            let w = w_of_split(s);
+            let (w, share) = of_split(s);
             let (_, round, memory) = &fitted[w][s];
-            let rw = r(BM25_SHARES[w]);
+            let rw = r(share);
             let of_query = |d: usize| rw(q, d);
             keyopt_ranking_with(
                 round,
@@ -1381,16 +1414,40 @@ fn base_relevance(
         } else {
             format!("qᵀk0 + {w}·BM25")
         };
-        out += &row(&name, &metrics_of(&|_| i)).replacen(
+        out += &row(&name, &metrics_of(&|_| (i, w))).replacen(
             " | ",
             &format!(" | {} | ", cv.join(", ")),
             1,
         );
         out += "\n";
     }
+    // No round at all (a new library): the semantic top 10 ordered by each r.
+    for &w in &BM25_SHARES {
+        let rw = r(w);
+        let m = evaluate(data, &tests, |q| {
+            let mut top: Vec<(usize, f32)> = semantic_top(&query_keys[q], doc_keys, 10)
+                .into_iter()
+                .map(|(d, _)| (d, rw(q, d)))
+                .collect();
+            top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            top.into_iter().map(|(d, _)| d).collect()
+        });
+        out += &row(
+            &format!("no round, r = qᵀk0 + {w}·BM25 over the semantic top 10"),
+            &m,
+        )
+        .replacen(" | ", " | (no fit) | ", 1);
+        out += "\n";
+    }
     let names: Vec<String> = chosen
         .iter()
-        .map(|&i| format!("w {}", BM25_SHARES[i]))
+        .map(|&(i, share)| {
+            if BM25_SHARES[i] == share {
+                format!("w {share}")
+            } else {
+                format!("neutral at w {}: read at w {share}", BM25_SHARES[i])
+            }
+        })
         .collect();
     out += &row(
         "**chosen by the fit's CV** (`skills.fit()`'s rule)",
@@ -1416,6 +1473,7 @@ fn main() {
         options.lambda_beta, options.min_gain_se, options.cap_one_sided_beta, options.bound_lifts
     );
     FIT_OPTIONS.set(options).expect("set once");
+    DEFAULT_SHARE.set(args.default_share).expect("set once");
     multi::COVER
         .set((args.cover_weight, args.cover_width))
         .expect("set once");
@@ -1443,159 +1501,160 @@ fn main() {
     }
     let bench = args.shared.join("bench-data");
 
-    // MetaTool.
-    let metatool = load(&bench.join("metatool"), false);
-    let (doc_keys, query_keys) = raw_keys(&encoder, &metatool);
-    let is_test = |q: usize| hash(args.seed, &metatool.queries[q].1) % 100 < 20;
-    let test: Vec<usize> = (0..metatool.queries.len())
-        .filter(|&q| is_test(q))
-        .collect();
-    let support: Vec<usize> = (0..metatool.queries.len())
-        .filter(|&q| !is_test(q))
-        .collect();
-    // The support runs were served from the raw keys; with --compressor the keys are then
-    // compressed, and every round below is fitted and read on the compressed keys.
-    if args.nearest_labels {
-        for kappa in [5.0, 10.0, 20.0, 40.0] {
-            let line = format!(
-                "nearest support labels (κ {kappa}): Hit@1 {:.3}\n",
-                nearest_label_hit1(&metatool, &support, &test, &query_keys, kappa)
-            );
-            eprint!("{line}");
-            out += &line;
-        }
-    }
-    let mut raw_events = if args.compressor && args.online > 1 {
-        let (events, log) = online_support_runs(
-            &encoder,
-            &metatool,
-            &support,
-            &query_keys,
-            &doc_keys,
-            args.online,
-            args.seed,
-        );
-        eprint!("{log}");
-        out += &format!(
-            "\nMetaTool support runs served in {} batches:\n{log}",
-            args.online
-        );
-        events
-    } else {
-        support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed)
-    };
-    let doc_keys = if args.compressor {
-        let (keys, line) = compressed_doc_keys(
-            &encoder,
-            &metatool,
-            &support,
-            &raw_events,
-            |_| true,
-            args.seed,
-        );
-        out += &format!("\nMetaTool skill keys: compressed; {line}");
-        eprintln!("{line}");
-        if args.cross_fit {
-            // Each run's r from the compressor of the other half (halves by source question).
-            let halves: Vec<Vec<Vec<f32>>> = (0..2u64)
-                .map(|h| {
-                    let (keys, line) = compressed_doc_keys(
-                        &encoder,
-                        &metatool,
-                        &support,
-                        &raw_events,
-                        |e| e.group % 2 != h,
-                        args.seed,
-                    );
-                    out += &format!("half {h}'s r: {line}");
-                    keys
-                })
-                .collect();
-            for e in &mut raw_events {
-                let keys = &halves[(e.group % 2) as usize];
-                e.relevance = Some(
-                    e.arms
-                        .iter()
-                        .map(|a| dot(&e.key, &keys[a.skill as usize]))
-                        .collect(),
+    if !args.no_metatool {
+        // MetaTool.
+        let metatool = load(&bench.join("metatool"), false);
+        let (doc_keys, query_keys) = raw_keys(&encoder, &metatool);
+        let is_test = |q: usize| hash(args.seed, &metatool.queries[q].1) % 100 < 20;
+        let test: Vec<usize> = (0..metatool.queries.len())
+            .filter(|&q| is_test(q))
+            .collect();
+        let support: Vec<usize> = (0..metatool.queries.len())
+            .filter(|&q| !is_test(q))
+            .collect();
+        // The support runs were served from the raw keys; with --compressor the keys are then
+        // compressed, and every round below is fitted and read on the compressed keys.
+        if args.nearest_labels {
+            for kappa in [5.0, 10.0, 20.0, 40.0] {
+                let line = format!(
+                    "nearest support labels (κ {kappa}): Hit@1 {:.3}\n",
+                    nearest_label_hit1(&metatool, &support, &test, &query_keys, kappa)
                 );
+                eprint!("{line}");
+                out += &line;
             }
         }
-        keys
-    } else {
-        doc_keys
-    };
-    if !args.multi_only {
-        let events = &raw_events;
-        let t = Instant::now();
-        let fitted = fit(&doc_keys, events, &fit_options());
-        let seconds = t.elapsed().as_secs_f64();
-        let round = Round::new(&doc_keys, &fitted);
-        let memory = memory_of(events);
-        out += &format!(
-            "\n### MetaTool: {} test queries (support {} queries, split by text, seed {})\n\n",
-            test.len(),
-            support.len(),
-            args.seed
-        );
-        out += &describe_fit("fit", &fitted, seconds);
-        out += "\n";
-        let methods = Methods::new(&encoder, &metatool, &query_keys, &doc_keys);
-        out += &methods.table(&test, |_| (&round, &memory));
-        eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
-        if args.settings_sweep {
-            out += "\nThe same round read with other settings on the test queries (a diagnostic: the test queries choose them here):\n\n| α | κ | Hit@1 | NDCG@10 |\n|---|---|---|---|\n";
-            for alpha in [0.0f32, 2.0, 4.0, 8.0, 16.0, 32.0] {
-                for kappa in [10.0f32, 20.0, 40.0] {
-                    let mut other = round.clone();
-                    other.settings.alpha = alpha;
-                    other.settings.kappa = kappa;
-                    let m = evaluate(&metatool, &test, |q| {
-                        keyopt_ranking(&other, &memory, &query_keys[q], &doc_keys, true)
-                    });
-                    let line = format!(
-                        "| {alpha} | {kappa} | {:.3} | {:.3} |\n",
-                        m.hit_at_1, m.ndcg_at_10
-                    );
-                    eprint!("{line}");
-                    out += &line;
-                }
-            }
-        }
-        if !args.no_base_relevance {
-            out += "\nBase relevance r of the KeyOpt rounds (MetaTool, same split):\n\n";
-            out += &base_relevance(
+        let mut raw_events = if args.compressor && args.online > 1 {
+            let (events, log) = online_support_runs(
+                &encoder,
                 &metatool,
+                &support,
                 &query_keys,
                 &doc_keys,
-                &[(support.clone(), test.clone())],
+                args.online,
                 args.seed,
             );
-            eprintln!("MetaTool r done ({:.0} s)", started.elapsed().as_secs_f64());
+            eprint!("{log}");
+            out += &format!(
+                "\nMetaTool support runs served in {} batches:\n{log}",
+                args.online
+            );
+            events
+        } else {
+            support_runs(&metatool, &support, &query_keys, &doc_keys, args.seed)
+        };
+        let doc_keys = if args.compressor {
+            let (keys, line) = compressed_doc_keys(
+                &encoder,
+                &metatool,
+                &support,
+                &raw_events,
+                |_| true,
+                args.seed,
+            );
+            out += &format!("\nMetaTool skill keys: compressed; {line}");
+            eprintln!("{line}");
+            if args.cross_fit {
+                // Each run's r from the compressor of the other half (halves by source question).
+                let halves: Vec<Vec<Vec<f32>>> = (0..2u64)
+                    .map(|h| {
+                        let (keys, line) = compressed_doc_keys(
+                            &encoder,
+                            &metatool,
+                            &support,
+                            &raw_events,
+                            |e| e.group % 2 != h,
+                            args.seed,
+                        );
+                        out += &format!("half {h}'s r: {line}");
+                        keys
+                    })
+                    .collect();
+                for e in &mut raw_events {
+                    let keys = &halves[(e.group % 2) as usize];
+                    e.relevance = Some(
+                        e.arms
+                            .iter()
+                            .map(|a| dot(&e.key, &keys[a.skill as usize]))
+                            .collect(),
+                    );
+                }
+            }
+            keys
+        } else {
+            doc_keys
+        };
+        if !args.multi_only {
+            let events = &raw_events;
+            let t = Instant::now();
+            let fitted = fit(&doc_keys, events, &fit_options());
+            let seconds = t.elapsed().as_secs_f64();
+            let round = Round::new(&doc_keys, &fitted);
+            let memory = memory_of(events);
+            out += &format!(
+                "\n### MetaTool: {} test queries (support {} queries, split by text, seed {})\n\n",
+                test.len(),
+                support.len(),
+                args.seed
+            );
+            out += &describe_fit("fit", &fitted, seconds);
+            out += "\n";
+            let methods = Methods::new(&encoder, &metatool, &query_keys, &doc_keys);
+            out += &methods.table(&test, |_| (&round, &memory));
+            eprintln!("MetaTool done ({:.0} s)", started.elapsed().as_secs_f64());
+            if args.settings_sweep {
+                out += "\nThe same round read with other settings on the test queries (a diagnostic: the test queries choose them here):\n\n| α | κ | Hit@1 | NDCG@10 |\n|---|---|---|---|\n";
+                for alpha in [0.0f32, 2.0, 4.0, 8.0, 16.0, 32.0] {
+                    for kappa in [10.0f32, 20.0, 40.0] {
+                        let mut other = round.clone();
+                        other.settings.alpha = alpha;
+                        other.settings.kappa = kappa;
+                        let m = evaluate(&metatool, &test, |q| {
+                            keyopt_ranking(&other, &memory, &query_keys[q], &doc_keys, true)
+                        });
+                        let line = format!(
+                            "| {alpha} | {kappa} | {:.3} | {:.3} |\n",
+                            m.hit_at_1, m.ndcg_at_10
+                        );
+                        eprint!("{line}");
+                        out += &line;
+                    }
+                }
+            }
+            if !args.no_base_relevance {
+                out += "\nBase relevance r of the KeyOpt rounds (MetaTool, same split):\n\n";
+                out += &base_relevance(
+                    &metatool,
+                    &query_keys,
+                    &doc_keys,
+                    &[(support.clone(), test.clone())],
+                    args.seed,
+                );
+                eprintln!("MetaTool r done ({:.0} s)", started.elapsed().as_secs_f64());
+            }
         }
+        out += &metatool_pairs(
+            &encoder,
+            &metatool,
+            &doc_keys,
+            &support,
+            &test,
+            &raw_events,
+            args.seed,
+        );
+        eprintln!(
+            "MetaTool pairs done ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
+        out += &metatool_hidden_partners(
+            &metatool,
+            &doc_keys,
+            &query_keys,
+            &support,
+            &test,
+            args.seed,
+        );
     }
-    out += &metatool_pairs(
-        &encoder,
-        &metatool,
-        &doc_keys,
-        &support,
-        &test,
-        &raw_events,
-        args.seed,
-    );
-    eprintln!(
-        "MetaTool pairs done ({:.0} s)",
-        started.elapsed().as_secs_f64()
-    );
-    out += &metatool_hidden_partners(
-        &metatool,
-        &doc_keys,
-        &query_keys,
-        &support,
-        &test,
-        args.seed,
-    );
-
     if !args.no_skillsbench {
         let mut skillsbench = load(&bench.join("skillsbench-tasks"), true);
         let own = skillsbench.docs.len();

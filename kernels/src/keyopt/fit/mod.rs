@@ -273,6 +273,35 @@ impl FitReport {
 /// (benches/RESULTS.md, "The base relevance r"): w = 0 is the key score alone.
 pub const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
 
+/// The share of BM25 in the base relevance of a library with no round, or with a round that
+/// corrects nothing ([`choose_share`]). A tenth of the best BM25 score over the semantic top 10
+/// beat the key score alone on both benchmark libraries with no round at all, short tool
+/// descriptions and long task instructions alike, where larger shares help only the lexical
+/// one (benches/RESULTS.md, "The base relevance r").
+pub const DEFAULT_BM25_SHARE: f32 = 0.1;
+
+/// Of fits of the same runs at each share of [`BM25_SHARES`] (in that order), the one a round
+/// keeps, and the share it is read with. The fit is [`best_of`] with the key score alone as the
+/// default: another share must serve clearly better, because the words of near-duplicate
+/// support tasks can explain their runs by BM25 alone, where a correction of the key score
+/// carries over to a reworded request. A round that corrects nothing at the key score alone is
+/// read at `default_share`, as a library with no round is. Returns the fit's position, the fit
+/// and the share.
+pub fn choose_share(
+    fits: Vec<Fitted>,
+    default_share: f32,
+    min_gain_se: f64,
+) -> (usize, Fitted, f32) {
+    assert!(fits.len() <= BM25_SHARES.len());
+    let (at, fitted) = best_of(fits, min_gain_se);
+    let share = if at == 0 && fitted.is_neutral() {
+        default_share
+    } else {
+        BM25_SHARES[at]
+    };
+    (at, fitted, share)
+}
+
 /// The BM25 part of that base relevance from a query's BM25 hits (id, score): each score over
 /// the best one; no entry when no hit scores above 0 (skills without an entry add 0).
 pub fn bm25_relevance_part(hits: &[(i64, f64)]) -> std::collections::HashMap<i64, f32> {
@@ -538,8 +567,39 @@ mod tests {
         let (i, _) = best_of(vec![neutral(baseline.clone()), neutral(noisy)], 2.0);
         assert_eq!(i, 0, "a gain carried by two groups is not clear");
         // Equal served accuracy: the default stays.
-        let (i, _) = best_of(vec![neutral(baseline.clone()), neutral(baseline)], 2.0);
+        let (i, _) = best_of(
+            vec![neutral(baseline.clone()), neutral(baseline.clone())],
+            2.0,
+        );
         assert_eq!(i, 0);
+
+        // The share a round is read with: a clear winner's; with nothing corrected at the key
+        // score alone, the default share; with a correction there, the key score alone.
+        let (_, _, share) = choose_share(
+            vec![
+                neutral(baseline.clone()),
+                neutral(baseline.clone()),
+                neutral(consistent.clone()),
+            ],
+            DEFAULT_BM25_SHARE,
+            2.0,
+        );
+        assert_eq!(share, BM25_SHARES[2]);
+        let (_, _, share) = choose_share(
+            vec![neutral(baseline.clone()), neutral(baseline.clone())],
+            DEFAULT_BM25_SHARE,
+            2.0,
+        );
+        assert_eq!(share, DEFAULT_BM25_SHARE);
+        let mut corrected = neutral(baseline.clone());
+        corrected.beta = vec![0.2, 0.0];
+        let (_, fitted, share) = choose_share(
+            vec![corrected, neutral(baseline.clone())],
+            DEFAULT_BM25_SHARE,
+            2.0,
+        );
+        assert_eq!(share, 0.0);
+        assert!(!fitted.is_neutral());
     }
 
     /// Runs that passed or failed as a whole: a passing and a failing set of the same task
