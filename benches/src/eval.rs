@@ -123,20 +123,36 @@ pub fn bm25_normalised_scores(
     queries: &[usize],
     depth: usize,
 ) -> HashMap<usize, HashMap<usize, f32>> {
-    let mut scorer = reference_scorer(data);
+    let texts: Vec<&str> = queries
+        .iter()
+        .map(|&q| data.queries[q].1.as_str())
+        .collect();
     queries
         .iter()
-        .map(|&q| {
+        .copied()
+        .zip(bm25_normalised_texts(data, &texts, depth))
+        .collect()
+}
+
+/// [`bm25_normalised_scores`] of any texts (a request's parts, say), in their order.
+pub fn bm25_normalised_texts(
+    data: &Dataset,
+    texts: &[&str],
+    depth: usize,
+) -> Vec<HashMap<usize, f32>> {
+    let mut scorer = reference_scorer(data);
+    texts
+        .iter()
+        .map(|text| {
             let hits: Vec<(i64, f64)> = scorer
-                .search(&data.queries[q].1, Some(depth), |_| true)
+                .search(text, Some(depth), |_| true)
                 .into_iter()
                 .map(|h| (h.id, h.score))
                 .collect();
-            let part = bm25_relevance_part(&hits)
+            bm25_relevance_part(&hits)
                 .into_iter()
                 .map(|(id, r)| (id as usize, r))
-                .collect();
-            (q, part)
+                .collect()
         })
         .collect()
 }

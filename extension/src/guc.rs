@@ -121,7 +121,7 @@ pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
 /// Share of BM25 in KeyOpt's base relevance before a fit chooses one (and the share a fit keeps
 /// unless another is clearly better).
 pub static KEYOPT_BM25_SHARE: GucSetting<f64> =
-    GucSetting::<f64>::new(pg_skills_kernels::keyopt::fit::DEFAULT_BM25_SHARE as f64);
+    GucSetting::<f64>::new(pg_skills_kernels::keyopt::fit::DEFAULT_BM25_SHARE);
 /// KeyOpt's base relevance: a SQL function (query text, skill_ids bigint[]) → (skill_id, score);
 /// empty: the key inner product.
 pub static RELEVANCE_FUNCTION: GucSetting<Option<CString>> =

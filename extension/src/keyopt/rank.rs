@@ -1,6 +1,6 @@
 //! `skills.keyopt_rank`: the KeyOpt reading for one query.
 //!
-//! 1. The active round of this snapshot (none: S = r, the semantic ranking).
+//! 1. The active round of this snapshot (none: S = r).
 //! 2. Semantic candidates over `skills.skill_key` (the skeys index when the planner takes it):
 //!    a pool of max(10, k) (10 when k is NULL). Rows past the pool, when more are asked for,
 //!    follow every pool row, so a deeper reading never reorders a shallower one: a skill with
@@ -12,7 +12,9 @@
 //!    neutral round (no correction survived cross-validation) recalls nothing.
 //! 4. Each candidate's packed row `[k0; Δk; β]` of the round, skipped when the skill's content
 //!    changed since (a correction belongs to the content it was fitted on), and
-//!    S = ρ·r + β + clip((q − μ)ᵀΔk, −c, c) + α·E, with r the semantic score of the current key.
+//!    S = ρ·r + β + clip((q − μ)ᵀΔk, −c, c) + α·E, with r the semantic score of the current key
+//!    plus a share of the query's BM25 over its best (the round's, or with no round
+//!    `pg_skills.keyopt_bm25_share`), or the round's relevance function.
 
 use std::collections::{HashMap, HashSet};
 
@@ -53,6 +55,8 @@ struct SearchMemo {
     packed: HashMap<(i32, i64), Option<PackedRow>>,
     /// (key, fitted runs up to) → the nearest runs.
     neighbours: Vec<(Vec<f32>, i64, Vec<(f32, Vec<Arm>)>)>,
+    /// Text → its BM25 over its best score (a request's parts are read twice).
+    bm25: HashMap<String, HashMap<i64, f32>>,
 }
 
 thread_local! {
@@ -169,6 +173,17 @@ fn candidate_select() -> String {
 }
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
+/// The BM25 part of r for `text` (`search::rank::bm25_normalised`), read once per search.
+fn bm25_part(text: &str) -> HashMap<i64, f32> {
+    memoised(
+        |m| m.bm25.get(text).cloned(),
+        || crate::search::rank::bm25_normalised(text),
+        |m, scores| {
+            m.bm25.insert(text.to_string(), scores.clone());
+        },
+    )
+}
+
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
     memoised(
         |m| {
@@ -500,7 +515,7 @@ pub fn ranked(
     {
         // r mixes in BM25: at the share the round's fit chose, or with no round at the
         // setting's.
-        let bm25 = crate::search::rank::bm25_normalised(query);
+        let bm25 = bm25_part(query);
         for &(id, _) in &pool {
             if let Some(entry) = info.get_mut(&id) {
                 entry.1 += w * bm25.get(&id).copied().unwrap_or(0.0);

@@ -31,8 +31,8 @@ use clap::Parser;
 mod multi;
 
 use pg_skills_benches::eval::{
-    bm25_normalised_scores, bm25_rankings, cached_embeddings, distractors, evaluate, hash, load,
-    row, rrf, Dataset,
+    bm25_normalised_scores, bm25_normalised_texts, bm25_rankings, cached_embeddings, distractors,
+    evaluate, hash, load, row, rrf, Dataset,
 };
 use pg_skills_kernels::complements::{Link, LinkEdge};
 use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
@@ -124,7 +124,7 @@ struct Args {
     cross_fit: bool,
     /// The BM25 share a round that corrects nothing at the key score alone is read with in the
     /// base relevance comparison (`pg_skills.keyopt_bm25_share`).
-    #[arg(long, default_value_t = DEFAULT_BM25_SHARE)]
+    #[arg(long, default_value_t = DEFAULT_BM25_SHARE as f32)]
     default_share: f32,
 }
 
@@ -1292,6 +1292,38 @@ fn skillsbench_multi(
         },
         Some(&complements_of),
     );
+    // What `keyopt` serves where the rounds correct nothing: r = q·k0 + w·BM25 for the whole
+    // request and each part (the BM25 of each text over the documents).
+    let neutral = rounds
+        .iter()
+        .all(|r| !r[0].0.corrections && !r[1].0.corrections);
+    let mut bm25_of: HashMap<u64, Vec<HashMap<usize, f32>>> = HashMap::new();
+    for q in 0..data.queries.len() {
+        let id = hash(seed, &data.queries[q].0);
+        if !fold.contains_key(&id) {
+            continue;
+        }
+        let mut texts: Vec<String> = vec![data.queries[q].1.clone()];
+        let parts = needs::parts(&data.queries[q].1);
+        if parts.len() >= 2 {
+            texts.extend(parts);
+        }
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        bm25_of.insert(id, bm25_normalised_texts(data, &texts, 100));
+    }
+    for share in [DEFAULT_BM25_SHARE as f32, 0.25, 0.5] {
+        let name = format!(
+            "semantic, parts covered, r = q·k0 + {share}·BM25{}",
+            if neutral && share == DEFAULT_BM25_SHARE as f32 {
+                " (= KeyOpt as served: every round here corrects nothing)"
+            } else {
+                ""
+            }
+        );
+        out += &multi::row_of(&all, &name, |t| {
+            multi::semantic_covered_mixed(&t.key, &t.parts, doc_keys, &bm25_of[&t.id], share)
+        });
+    }
     out
 }
 
@@ -1333,7 +1365,10 @@ fn base_relevance(
         .collect();
     // What skills.fit() would choose per split (the same rule: `choose_share`): the fit, and
     // the share its round is read with.
-    let default_share = *DEFAULT_SHARE.get().unwrap_or(&DEFAULT_BM25_SHARE);
+    let default_share = DEFAULT_SHARE
+        .get()
+        .copied()
+        .unwrap_or(DEFAULT_BM25_SHARE as f32);
     let chosen: Vec<(usize, f32)> = (0..splits.len())
         .map(|s| {
             let fits: Vec<Fitted> = fitted.iter().map(|per_w| per_w[s].0.clone()).collect();

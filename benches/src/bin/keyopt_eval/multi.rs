@@ -42,6 +42,23 @@ fn cover_settings() -> (f32, f32) {
 /// The semantic order of a request (`key`) covering its parts (`parts`, keys): the whole
 /// request's and each part's top [`PART_POOL`] ordered by `needs::cover` over key scores.
 pub fn semantic_covered(key: &[f32], parts: &[Vec<f32>], doc_keys: &[Vec<f32>]) -> Vec<usize> {
+    semantic_covered_mixed(key, parts, doc_keys, &[], 0.0)
+}
+
+/// [`semantic_covered`] with r = q·k0 + `share`·BM25 for the whole request and each part, as
+/// `keyopt` serves a request with no round (or a round that corrects nothing): `bm25[0]` is the
+/// whole request's normalised BM25, `bm25[1 + j]` part j's (missing entries and documents: 0).
+/// The candidates are the same (each ranking's semantic top [`PART_POOL`]).
+pub fn semantic_covered_mixed(
+    key: &[f32],
+    parts: &[Vec<f32>],
+    doc_keys: &[Vec<f32>],
+    bm25: &[HashMap<usize, f32>],
+    share: f32,
+) -> Vec<usize> {
+    let r = |at: usize, k: &[f32], d: usize| {
+        dot(k, &doc_keys[d]) + share * bm25.get(at).and_then(|b| b.get(&d)).copied().unwrap_or(0.0)
+    };
     let mut pool: Vec<usize> = semantic_top(key, doc_keys, PART_POOL)
         .into_iter()
         .map(|(d, _)| d)
@@ -53,10 +70,11 @@ pub fn semantic_covered(key: &[f32], parts: &[Vec<f32>], doc_keys: &[Vec<f32>]) 
             }
         }
     }
-    let whole: Vec<f32> = pool.iter().map(|&d| dot(key, &doc_keys[d])).collect();
+    let whole: Vec<f32> = pool.iter().map(|&d| r(0, key, d)).collect();
     let parts: Vec<Vec<f32>> = parts
         .iter()
-        .map(|p| pool.iter().map(|&d| dot(p, &doc_keys[d])).collect())
+        .enumerate()
+        .map(|(j, p)| pool.iter().map(|&d| r(1 + j, p, d)).collect())
         .collect();
     cover_pool(&pool, &whole, &parts, 1.0)
 }
@@ -293,6 +311,15 @@ fn scores(tasks: &[&MultiTask], rank: impl Fn(&MultiTask) -> Vec<usize>) -> [f64
         sum[3] += within(10);
     }
     sum.map(|s| s / tasks.len().max(1) as f64)
+}
+
+/// One row of [`table`]'s form: `name` and the scores of `rank` over `tasks`.
+pub fn row_of(tasks: &[&MultiTask], name: &str, rank: impl Fn(&MultiTask) -> Vec<usize>) -> String {
+    let s = scores(tasks, rank);
+    format!(
+        "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+        s[0], s[1], s[2], s[3]
+    )
 }
 
 /// The table: semantic, then KeyOpt read by each of the rounds `rounds(task)` gives (name,

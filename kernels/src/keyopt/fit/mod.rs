@@ -278,7 +278,7 @@ pub const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
 /// beat the key score alone on both benchmark libraries with no round at all, short tool
 /// descriptions and long task instructions alike, where larger shares help only the lexical
 /// one (benches/RESULTS.md, "The base relevance r").
-pub const DEFAULT_BM25_SHARE: f32 = 0.1;
+pub const DEFAULT_BM25_SHARE: f64 = 0.1;
 
 /// Of fits of the same runs at each share of [`BM25_SHARES`] (in that order), the one a round
 /// keeps, and the share it is read with. The fit is [`best_of`] with the key score alone as the
@@ -581,21 +581,21 @@ mod tests {
                 neutral(baseline.clone()),
                 neutral(consistent.clone()),
             ],
-            DEFAULT_BM25_SHARE,
+            DEFAULT_BM25_SHARE as f32,
             2.0,
         );
         assert_eq!(share, BM25_SHARES[2]);
         let (_, _, share) = choose_share(
             vec![neutral(baseline.clone()), neutral(baseline.clone())],
-            DEFAULT_BM25_SHARE,
+            DEFAULT_BM25_SHARE as f32,
             2.0,
         );
-        assert_eq!(share, DEFAULT_BM25_SHARE);
+        assert_eq!(share, DEFAULT_BM25_SHARE as f32);
         let mut corrected = neutral(baseline.clone());
         corrected.beta = vec![0.2, 0.0];
         let (_, fitted, share) = choose_share(
             vec![corrected, neutral(baseline.clone())],
-            DEFAULT_BM25_SHARE,
+            DEFAULT_BM25_SHARE as f32,
             2.0,
         );
         assert_eq!(share, 0.0);
