@@ -278,7 +278,8 @@ pub fn fit(trigger: default!(&str, "'skills.fit()'"), activate: default!(bool, t
         crate::spi::select_one::<i32>("SELECT version FROM skills.compressor WHERE active", &[])
             .into();
     let mut settings = fitted.settings.to_json();
-    settings["bm25_share"] = bm25_share.into();
+    // As the decimal it was set as (0.1, not the f32's 0.10000000149011612).
+    settings["bm25_share"] = ((bm25_share as f64 * 1e6).round() / 1e6).into();
     let round: i32 = crate::spi::write_one(
         "INSERT INTO skills.keyopt_round (max_event_id, rho, mu, settings, report, trigger, \
                                           relevance_function) \
