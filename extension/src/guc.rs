@@ -118,8 +118,8 @@ pub static FIT_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static COMPRESSOR_RETRAIN_RUNS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Weight of an edge walked backwards, relative to the edge (Graph-of-Skills walks).
 pub static GRAPH_REVERSE_WEIGHT: GucSetting<f64> = GucSetting::<f64>::new(0.5);
-/// Share of BM25 in KeyOpt's base relevance before a fit chooses one (and the share a fit keeps
-/// unless another is clearly better).
+/// Share of BM25 in KeyOpt's base relevance with no round, and for a round whose fit corrects
+/// nothing at the key score alone.
 pub static KEYOPT_BM25_SHARE: GucSetting<f64> =
     GucSetting::<f64>::new(pg_skills_kernels::keyopt::fit::DEFAULT_BM25_SHARE);
 /// KeyOpt's base relevance: a SQL function (query text, skill_ids bigint[]) → (skill_id, score);
@@ -301,8 +301,8 @@ pub fn init() {
     );
     GucRegistry::define_float_guc(
         c"pg_skills.keyopt_bm25_share",
-        c"Share of BM25 in KeyOpt's base relevance r = q.k0 + w * BM25 / best BM25 until a fit chooses one.",
-        c"Read with no round and by a fit, which keeps it unless another share serves clearly better in cross-validation. 0: the key score alone.",
+        c"Share of BM25 in KeyOpt's base relevance r = q.k0 + w * BM25 / best BM25 with no round.",
+        c"Also for a round whose fit corrects nothing at the key score alone; a fit records another share only when it serves clearly better in cross-validation. Above 0 each search also runs a BM25 search of the request. 0: the key score alone.",
         &KEYOPT_BM25_SHARE,
         0.0,
         1.0,

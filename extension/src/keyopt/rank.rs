@@ -172,7 +172,6 @@ fn candidate_select() -> String {
     )
 }
 
-/// The past runs nearest `key` among those the round fitted, with their usable arms.
 /// The BM25 part of r for `text` (`search::rank::bm25_normalised`), read once per search.
 fn bm25_part(text: &str) -> HashMap<i64, f32> {
     memoised(
@@ -184,6 +183,7 @@ fn bm25_part(text: &str) -> HashMap<i64, f32> {
     )
 }
 
+/// The past runs nearest `key` among those the round fitted, with their usable arms.
 pub(crate) fn neighbours(key: &[f32], max_event_id: i64) -> Vec<(f32, Vec<Arm>)> {
     memoised(
         |m| {
@@ -494,6 +494,9 @@ pub fn ranked(
 
     // r: the round's relevance function (the setting when there is no round), else qᵀk0 plus
     // a share of BM25.
+    let bm25_share = round
+        .as_ref()
+        .map_or(crate::guc::KEYOPT_BM25_SHARE.get() as f32, |r| r.bm25_share);
     let function = match &round {
         Some(r) => relevance::for_round(r.relevance_function.as_deref(), r.round),
         None => relevance::configured()
@@ -506,15 +509,10 @@ pub fn ranked(
                 entry.1 = r;
             }
         }
-    } else if let Some(w) = Some(
-        round
-            .as_ref()
-            .map_or(crate::guc::KEYOPT_BM25_SHARE.get() as f32, |r| r.bm25_share),
-    )
-    .filter(|&w| w > 0.0)
-    {
+    } else if bm25_share > 0.0 {
         // r mixes in BM25: at the share the round's fit chose, or with no round at the
         // setting's.
+        let w = bm25_share;
         let bm25 = bm25_part(query);
         for &(id, _) in &pool {
             if let Some(entry) = info.get_mut(&id) {

@@ -277,7 +277,7 @@ pub const BM25_SHARES: [f32; 4] = [0.0, 0.1, 0.25, 0.5];
 /// corrects nothing ([`choose_share`]). A tenth of the best BM25 score over the semantic top 10
 /// beat the key score alone on both benchmark libraries with no round at all, short tool
 /// descriptions and long task instructions alike, where larger shares help only the lexical
-/// one (benches/RESULTS.md, "The base relevance r").
+/// one (benches/RESULTS.md, "The base relevance of a new library").
 pub const DEFAULT_BM25_SHARE: f64 = 0.1;
 
 /// Of fits of the same runs at each share of [`BM25_SHARES`] (in that order), the one a round
