@@ -39,7 +39,8 @@ use pg_skills_kernels::compressor::{self, TrainOptions, TrainingSet};
 use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::graph::{rules, EdgeType};
 use pg_skills_kernels::keyopt::fit::{
-    choose_share, fit, FitOptions, Fitted, SupportEvent, BM25_SHARES, DEFAULT_BM25_SHARE,
+    choose_share, fit, paired_gain, FitOptions, Fitted, SupportEvent, BM25_SHARES,
+    DEFAULT_BM25_SHARE,
 };
 use pg_skills_kernels::keyopt::memory::{self, EventMemory};
 use pg_skills_kernels::keyopt::scenarios::{DEMO_QUESTIONS, DEMO_SUPPORT, DEMO_WINNER};
@@ -1374,20 +1375,14 @@ fn base_relevance(
             let fits: Vec<Fitted> = fitted.iter().map(|per_w| per_w[s].0.clone()).collect();
             let (at, _, share) = choose_share(fits, default_share, fit_options().min_gain_se);
             for (i, per_w) in fitted.iter().enumerate().skip(1) {
-                let (g, b) = (
-                    &per_w[s].0.report.served_per_group,
-                    &fitted[0][s].0.report.served_per_group,
-                );
-                if g.len() == b.len() && g.len() > 1 {
-                    let n = g.len() as f64;
-                    let d: Vec<f64> = g.iter().zip(b).map(|(x, y)| x - y).collect();
-                    let m = d.iter().sum::<f64>() / n;
-                    let v = d.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+                let groups = &per_w[s].0.report.served_per_group;
+                if let Some((gain, se)) =
+                    paired_gain(groups, &fitted[0][s].0.report.served_per_group)
+                {
                     eprintln!(
-                        "split {s}: w {} against the key score alone: {m:.4} ± {:.4} SE over {} groups",
+                        "split {s}: w {} against the key score alone: {gain:.4} ± {se:.4} SE over {} groups",
                         BM25_SHARES[i],
-                        (v / n).sqrt(),
-                        g.len()
+                        groups.len()
                     );
                 }
             }

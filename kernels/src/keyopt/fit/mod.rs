@@ -314,6 +314,19 @@ pub fn bm25_relevance_part(hits: &[(i64, f64)]) -> std::collections::HashMap<i64
         .collect()
 }
 
+/// The mean per-group gain of `groups` over `baseline` (the same groups, in the same order) and
+/// its standard error; None unless both have the same two or more groups.
+pub fn paired_gain(groups: &[f64], baseline: &[f64]) -> Option<(f64, f64)> {
+    if groups.len() != baseline.len() || groups.len() < 2 {
+        return None;
+    }
+    let n = groups.len() as f64;
+    let diff: Vec<f64> = groups.iter().zip(baseline).map(|(a, b)| a - b).collect();
+    let mean = diff.iter().sum::<f64>() / n;
+    let variance = diff.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some((mean, (variance / n).sqrt()))
+}
+
 /// Of fits of the same runs under different base relevances (the first is the default r), the
 /// one whose served ranking cross-validation scores best, where another r than the first must
 /// beat the first by more than `min_gain_se` standard errors of the per-group difference (the
@@ -327,15 +340,8 @@ pub fn best_of(fits: Vec<Fitted>, min_gain_se: f64) -> (usize, Fitted) {
         .served_per_group
         .clone();
     let clears_the_baseline = |f: &Fitted| -> bool {
-        let groups = &f.report.served_per_group;
-        if groups.len() != baseline.len() || groups.len() < 2 {
-            return false;
-        }
-        let n = groups.len() as f64;
-        let diff: Vec<f64> = groups.iter().zip(&baseline).map(|(a, b)| a - b).collect();
-        let mean = diff.iter().sum::<f64>() / n;
-        let variance = diff.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0);
-        mean > (min_gain_se * (variance / n).sqrt()).max(1e-12)
+        paired_gain(&f.report.served_per_group, &baseline)
+            .is_some_and(|(mean, se)| mean > (min_gain_se * se).max(1e-12))
     };
     let mut best: Option<(usize, Fitted)> = None;
     for (i, f) in fits.into_iter().enumerate() {
