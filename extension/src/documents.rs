@@ -62,21 +62,14 @@ fn skill_derived_columns(
         let (token_count, risk, category) = match prepared {
             Some(p) => (p.token_count, p.risk, p.category),
             None => {
-                let tokens = skill::token_count_with(name, description, instructions, &mut || {
-                    pgrx::pg_sys::check_for_interrupts!();
-                });
-                let report =
-                    pg_skills_corpus::risk::scan_with(name, description, instructions, &mut || {
-                        pgrx::pg_sys::check_for_interrupts!();
-                    });
                 let category = if classify {
                     category::classify(name, description, instructions).as_str()
                 } else {
                     ""
                 };
                 (
-                    i32::try_from(tokens).unwrap_or(i32::MAX),
-                    crate::prepared_writes::risk_json(&report),
+                    counted_tokens(name, description, instructions),
+                    crate::trust::scanned_risk(name, description, instructions),
                     category,
                 )
             }
@@ -105,9 +98,13 @@ fn set_column<T: IntoDatum>(
 #[pg_extern(immutable, parallel_safe, strict)]
 fn token_count(name: &str, description: &str, instructions: &str) -> i32 {
     check_text_size(name.len() + description.len() + instructions.len());
-    if let Some(n) = crate::prepared_writes::token_count(name, description, instructions) {
-        return n;
-    }
+    crate::prepared_writes::token_count(name, description, instructions)
+        .unwrap_or_else(|| counted_tokens(name, description, instructions))
+}
+
+/// The prompt token count of a document computed here (cancellable), as `skills.token_count`
+/// returns it.
+fn counted_tokens(name: &str, description: &str, instructions: &str) -> i32 {
     let n = skill::token_count_with(name, description, instructions, &mut || {
         pgrx::pg_sys::check_for_interrupts!();
     });

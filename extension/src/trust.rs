@@ -16,13 +16,18 @@ use crate::guc::{MaxRisk, ALLOWED_LICENSES, MAX_RISK};
 #[pg_extern(immutable, parallel_safe, strict)]
 fn risk_scan(name: &str, description: &str, instructions: &str) -> pgrx::JsonB {
     crate::documents::check_text_size(name.len() + description.len() + instructions.len());
-    if let Some(findings) = crate::prepared_writes::risk(name, description, instructions) {
-        return pgrx::JsonB(findings);
-    }
+    pgrx::JsonB(
+        crate::prepared_writes::risk(name, description, instructions)
+            .unwrap_or_else(|| scanned_risk(name, description, instructions)),
+    )
+}
+
+/// The risk scan of a document run here (cancellable), as `skills.risk_scan` returns it.
+pub(crate) fn scanned_risk(name: &str, description: &str, instructions: &str) -> serde_json::Value {
     let report = risk::scan_with(name, description, instructions, &mut || {
         pgrx::pg_sys::check_for_interrupts!();
     });
-    pgrx::JsonB(crate::prepared_writes::risk_json(&report))
+    crate::prepared_writes::risk_json(&report)
 }
 
 /// The version of the rules this build applies; stored findings of another version are stale.
