@@ -116,12 +116,11 @@ pub fn key_ranking_to(query_key: &[f32], doc_keys: &[Vec<f32>], depth: usize) ->
 }
 
 /// The BM25 part of KeyOpt's mixed base relevance for each query
-/// (`keyopt::fit::bm25_relevance_part` of its first `depth` results); documents past `depth`
-/// have no entry (0).
+/// (`keyopt::fit::bm25_relevance_part`: every document's score over the query's supremum);
+/// documents without a query term have no entry (0).
 pub fn bm25_normalised_scores(
     data: &Dataset,
     queries: &[usize],
-    depth: usize,
 ) -> HashMap<usize, HashMap<usize, f32>> {
     let texts: Vec<&str> = queries
         .iter()
@@ -130,26 +129,22 @@ pub fn bm25_normalised_scores(
     queries
         .iter()
         .copied()
-        .zip(bm25_normalised_texts(data, &texts, depth))
+        .zip(bm25_normalised_texts(data, &texts))
         .collect()
 }
 
 /// [`bm25_normalised_scores`] of any texts (a request's parts, say), in their order.
-pub fn bm25_normalised_texts(
-    data: &Dataset,
-    texts: &[&str],
-    depth: usize,
-) -> Vec<HashMap<usize, f32>> {
+pub fn bm25_normalised_texts(data: &Dataset, texts: &[&str]) -> Vec<HashMap<usize, f32>> {
     let mut scorer = reference_scorer(data);
     texts
         .iter()
         .map(|text| {
             let hits: Vec<(i64, f64)> = scorer
-                .search(text, Some(depth), |_| true)
+                .search(text, None, |_| true)
                 .into_iter()
                 .map(|h| (h.id, h.score))
                 .collect();
-            bm25_relevance_part(&hits)
+            bm25_relevance_part(&hits, scorer.supremum(text))
                 .into_iter()
                 .map(|(id, r)| (id as usize, r))
                 .collect()

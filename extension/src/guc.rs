@@ -301,11 +301,11 @@ pub fn init() {
     );
     GucRegistry::define_float_guc(
         c"pg_skills.keyopt_bm25_share",
-        c"Share of BM25 in KeyOpt's base relevance r = q.k0 + w * BM25 / best BM25 with no round.",
-        c"Also for a round whose fit corrects nothing at the key score alone; a fit records another share only when it serves clearly better in cross-validation. Above 0 each search also runs a BM25 search of the request. 0: the key score alone.",
+        c"Share w of BM25 in KeyOpt's base relevance r = q.k0 + w * BM25 / sup BM25 with no round.",
+        c"sup BM25 is the most any skill could score for the request, so w * BM25 / sup BM25 is below w. Also for a round whose fit corrects nothing, unless its cross-validation clearly prefers another share. 0: the key score alone.",
         &KEYOPT_BM25_SHARE,
         0.0,
-        1.0,
+        10.0,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -186,6 +186,17 @@ impl ReferenceScorer {
             .collect()
     }
 
+    /// The most any document could score for `query`: Σ idf · (k1 + 1) over its terms found
+    /// in the corpus (the index's `Scorer::supremum`).
+    pub fn supremum(&mut self, query: &str) -> f64 {
+        let terms = self.query_terms(query);
+        terms
+            .iter()
+            .filter(|t| self.doc_freq(t) > 0)
+            .map(|t| self.idf(t) * (self.params.k1 + 1.0))
+            .sum()
+    }
+
     /// Every matching document, best first. `keep` filters by id after scoring, so a filter
     /// never changes scores (corpus statistics are always those of the whole corpus).
     pub fn search(

@@ -628,6 +628,10 @@ fn index_contents_need_select_on_the_table() {
         // The statistics a distributed search gathers (document frequencies are contents too).
         format!("SELECT skills.bm25_corpus({bm25}::oid, 'swordfish')"),
         format!("SELECT skills.bm25_global_query('swordfish', {bm25}::oid::regclass)"),
+        // The most a document could score: the query terms' document frequencies again.
+        format!(
+            "SELECT skills.bm25_score_supremum(ROW({bm25}, 'swordfish', NULL)::skills.bm25query)"
+        ),
     ];
     let mut alice = Session::connect(&cluster, "alice", "shared");
     for attack in &attacks {

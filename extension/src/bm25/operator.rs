@@ -233,6 +233,21 @@ fn bm25_corpus_sum(parts: Vec<pgrx::JsonB>) -> pgrx::JsonB {
     }
 }
 
+/// The most any document could score for `query`, with the statistics it is scored with (its
+/// index's, or those it carries): Σ idf · (k1 + 1) over its terms found in the corpus, each
+/// term's limit as its frequency grows; 0 when none is. A score over it lies in [0, 1) and
+/// means the same whichever documents are scored (the BM25 part of a KeyOpt base relevance).
+#[pg_extern(stable, parallel_safe)]
+fn bm25_score_supremum(query: pgrx::composite_type!("bm25query")) -> f64 {
+    let datum = query.into_datum().expect("a composite is a datum");
+    let q = unsafe { decode_query(datum) };
+    let prepared = prepare_query(statement_key(q.index, q.key_text()), &q);
+    match &prepared.scorer {
+        Some(scorer) => scorer.supremum(),
+        None => refuse_shard_scoring(q.index),
+    }
+}
+
 /// Negative BM25 score of `doc` (ARRAY[name, description, instructions]) for `query`; 0 when
 /// the document contains no query term. Ascending order is best first.
 #[pg_extern(stable, parallel_safe)]

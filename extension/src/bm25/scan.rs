@@ -64,6 +64,22 @@ pub(super) fn top_hits(
     })
 }
 
+/// The documents of `index` on heap blocks `blocks` that hold a query term, with their scores
+/// (as [`top_hits`] scores them), and the most any document could score for `terms`
+/// (`Scorer::supremum`), under the readers lock with the cached document tables.
+pub(super) fn matches_on_blocks(
+    index: pg_sys::Relation,
+    store: &BufferStore,
+    terms: &[String],
+    blocks: &[u32],
+) -> (Vec<(Tid, f64)>, f64) {
+    with_doc_tables(index, store, |cache| {
+        let prepared = try_prepare(store, terms)?;
+        let matches = prepared.matches_on_blocks(blocks, cache)?;
+        Ok((matches, prepared.scorer.supremum()))
+    })
+}
+
 #[derive(Default)]
 struct ScanState {
     index_oid: u32,

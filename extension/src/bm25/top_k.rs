@@ -19,7 +19,7 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 
 use pg_skills_kernels::bm25index::{query_terms, SearchHit, Tid};
 
-use super::{checked_meta, scan::top_hits, with_analyzer};
+use super::{checked_meta, scan::matches_on_blocks, scan::top_hits, with_analyzer};
 use crate::errors::raise;
 use crate::storage::{BufferStore, Mode};
 
@@ -50,25 +50,12 @@ pub fn search(
     if k == Some(0) {
         return Vec::new();
     }
-    let rel = super::open_bm25_index(index);
+    let (rel, table) = open_skill_index(index);
     // SAFETY: `rel` is open (AccessShareLock) until the end of this block; the heap it indexes is
     // opened and kept locked like any relation a query reads; the index-fetch state and the slot
     // are created for that heap and released before it is closed; hits are read under the
     // readers lock (`reading`) and hold only TIDs and scores afterwards.
     unsafe {
-        let table = pg_sys::IndexGetRelation(index, false);
-        let skill = skill_table();
-        if table != skill {
-            pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!(
-                    "index {} is not on skills.skill",
-                    crate::am::relation_name(rel)
-                ),
-                Some("Pass skills.bm25_index(), the bm25 index on skills.skill."),
-            );
-        }
         crate::am::count_index_scan(rel);
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
@@ -111,6 +98,79 @@ pub fn search(
             accepted.truncate(k);
         }
         accepted
+    }
+}
+
+/// Opens `index` (AccessShareLock) and returns it with its table, or an ERROR unless it is a
+/// bm25 index on skills.skill.
+fn open_skill_index(index: pg_sys::Oid) -> (pg_sys::Relation, pg_sys::Oid) {
+    let rel = super::open_bm25_index(index);
+    // SAFETY: `rel` is open; it is closed before the ERROR.
+    unsafe {
+        let table = pg_sys::IndexGetRelation(index, false);
+        if table != skill_table() {
+            pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "index {} is not on skills.skill",
+                    crate::am::relation_name(rel)
+                ),
+                Some("Pass skills.bm25_index(), the bm25 index on skills.skill."),
+            );
+        }
+        (rel, table)
+    }
+}
+
+/// The BM25 scores of known skills by `index` (a bm25 index on skills.skill), each skill given
+/// by its id and the TID of the version the statement sees (its `ctid`), and the most any
+/// document could score for `query` (0 when no query term is in the index). Only these
+/// skills' postings are read, not the whole lists (`PreparedQuery::matches_on_blocks`), so the
+/// cost does not grow with the collection. A skill without a query term is absent.
+///
+/// The index holds the TID of a row's first version; an update that changes no indexed column
+/// (a HOT update) keeps that entry for the new version, on the same heap page. So a skill whose
+/// own TID has no entry is looked for among the entries of its page, following each one's
+/// update chain to the version the snapshot sees.
+pub fn scores_of(
+    index: pg_sys::Oid,
+    query: &str,
+    skills: &[(i64, Tid)],
+) -> (HashMap<i64, f64>, f64) {
+    let (rel, table) = open_skill_index(index);
+    // SAFETY: `rel` is open until the end of this block; the heap is opened, read through the
+    // row reader made for it, and closed after the reader is finished.
+    unsafe {
+        let store = BufferStore::new(rel, Mode::Logged);
+        let meta = checked_meta(&store, rel);
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
+        let mut scores = HashMap::new();
+        if terms.is_empty() || skills.is_empty() {
+            pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            return (scores, 0.0);
+        }
+        let blocks: Vec<u32> = skills.iter().map(|s| s.1.block).collect();
+        let (matches, supremum) = matches_on_blocks(rel, &store, &terms, &blocks);
+        let by_tid: HashMap<Tid, f64> = matches.iter().copied().collect();
+        let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let mut rows = RowReader::new(heap, None);
+        for &(id, tid) in skills {
+            let score = by_tid.get(&tid).copied().or_else(|| {
+                matches
+                    .iter()
+                    .filter(|(t, _)| t.block == tid.block && *t != tid)
+                    .find(|(t, _)| rows.visible_id(*t) == Some(id))
+                    .map(|m| m.1)
+            });
+            if let Some(score) = score {
+                scores.insert(id, score);
+            }
+        }
+        rows.finish();
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        (scores, supremum)
     }
 }
 

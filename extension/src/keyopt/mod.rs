@@ -112,7 +112,7 @@ fn recorded_runs() -> Vec<RecordedRun> {
     })
 }
 
-/// Fits with the base relevance r = qᵀk0 + w·BM25(q, s)/best BM25(q) for each w of
+/// Fits with the base relevance r = qᵀk0 + w·BM25(q, s)/sup BM25(q) for each w of
 /// `BM25_SHARES` and keeps the fit whose served ranking cross-validation scores best, where a
 /// share must clearly beat the key score alone; a round that corrects nothing at the key score
 /// alone is read at `pg_skills.keyopt_bm25_share`, as a library with no round is
@@ -135,13 +135,20 @@ fn fit_choosing_bm25_share(
             fitting::choose_share(vec![first], default_share, options.min_gain_se);
         return (fitted, share, report);
     }
-    // BM25 of every distinct task over all skills, normalised by the task's best score.
+    // The BM25 part of r for each distinct task, of the skills its runs served.
+    let mut served: HashMap<&str, Vec<i64>> = HashMap::new();
+    for (e, &task) in events.iter().zip(tasks) {
+        let ids = served.entry(task).or_default();
+        let arms = e.arms.iter().map(|a| a.skill);
+        let set = e.set.iter().flat_map(|s| s.skills.iter().copied());
+        ids.extend(arms.chain(set).map(|skill| keys[skill as usize].0));
+    }
     let mut bm25: HashMap<&str, HashMap<i64, f32>> = HashMap::new();
-    for &task in tasks {
-        if !bm25.contains_key(task) {
-            pg_sys::check_for_interrupts!();
-            bm25.insert(task, crate::search::rank::bm25_normalised(task));
-        }
+    for (task, mut ids) in served {
+        pg_sys::check_for_interrupts!();
+        ids.sort_unstable();
+        ids.dedup();
+        bm25.insert(task, crate::search::rank::bm25_relevance(task, &ids));
     }
     let mut fits = vec![first];
     for &w in &fitting::BM25_SHARES[1..] {

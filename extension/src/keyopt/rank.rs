@@ -55,7 +55,8 @@ struct SearchMemo {
     packed: HashMap<(i32, i64), Option<PackedRow>>,
     /// (key, fitted runs up to) → the nearest runs.
     neighbours: Vec<(Vec<f32>, i64, Vec<(f32, Vec<Arm>)>)>,
-    /// Text → its BM25 over its best score (a request's parts are read twice).
+    /// Text → the BM25 part of r of each skill scored so far (0 included; a request's parts
+    /// are read twice).
     bm25: HashMap<String, HashMap<i64, f32>>,
 }
 
@@ -172,15 +173,36 @@ fn candidate_select() -> String {
     )
 }
 
-/// The BM25 part of r for `text` (`search::rank::bm25_normalised`), read once per search.
-fn bm25_part(text: &str) -> HashMap<i64, f32> {
-    memoised(
-        |m| m.bm25.get(text).cloned(),
-        || crate::search::rank::bm25_normalised(text),
-        |m, scores| {
-            m.bm25.insert(text.to_string(), scores.clone());
-        },
-    )
+/// The BM25 part of r for `text` of the skills `ids` (`search::rank::bm25_relevance`), each
+/// read once per search.
+fn bm25_part(text: &str, ids: &[i64]) -> HashMap<i64, f32> {
+    let known = SEARCH_MEMO.with(|m| {
+        m.borrow()
+            .as_ref()
+            .and_then(|memo| memo.bm25.get(text).cloned())
+            .unwrap_or_default()
+    });
+    let missing: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !known.contains_key(id))
+        .collect();
+    if missing.is_empty() {
+        return known;
+    }
+    let scored = crate::search::rank::bm25_relevance(text, &missing);
+    let mut all = known;
+    all.extend(
+        missing
+            .iter()
+            .map(|id| (*id, scored.get(id).copied().unwrap_or(0.0))),
+    );
+    SEARCH_MEMO.with(|m| {
+        if let Some(memo) = m.borrow_mut().as_mut() {
+            memo.bm25.insert(text.to_string(), all.clone());
+        }
+    });
+    all
 }
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.
@@ -513,7 +535,8 @@ pub fn ranked(
         // r mixes in BM25: at the share the round's fit chose, or with no round at the
         // setting's.
         let w = bm25_share;
-        let bm25 = bm25_part(query);
+        let ids: Vec<i64> = pool.iter().map(|p| p.0).collect();
+        let bm25 = bm25_part(query, &ids);
         for &(id, _) in &pool {
             if let Some(entry) = info.get_mut(&id) {
                 entry.1 += w * bm25.get(&id).copied().unwrap_or(0.0);

@@ -64,19 +64,7 @@ fn depth_arg(depth: Option<usize>) -> Option<i32> {
 /// to find it), through `skills.bm25_index_search` where the executor must read the rows (Citus,
 /// row-level security), else the reference scan.
 fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> Vec<(i64, f64)> {
-    let (index, distributed) = crate::spi::read(|client| {
-        let row = client
-            .select(
-                "SELECT skills.bm25_index()::oid, skills.is_distributed('skills.skill')",
-                None,
-                &[],
-            )?
-            .first();
-        Ok::<_, pgrx::spi::Error>((
-            row.get::<pgrx::pg_sys::Oid>(1)?,
-            row.get::<bool>(2)?.unwrap_or(false),
-        ))
-    });
+    let (index, distributed) = bm25_index();
     let sql = match index {
         Some(index)
             if !distributed
@@ -93,17 +81,87 @@ fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> V
     )
 }
 
-/// Depth of the BM25 list a KeyOpt base relevance mixes in (skills below it add 0).
-pub const BM25_RELEVANCE_DEPTH: usize = 100;
+/// The bm25 index on skills.skill (None: there is none), and whether Citus distributes the table.
+fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
+    crate::spi::read(|client| {
+        let row = client
+            .select(
+                "SELECT skills.bm25_index()::oid, skills.is_distributed('skills.skill')",
+                None,
+                &[],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<pgrx::pg_sys::Oid>(1)?,
+            row.get::<bool>(2)?.unwrap_or(false),
+        ))
+    })
+}
 
-/// BM25 of the query's first [`BM25_RELEVANCE_DEPTH`] skills over every category, divided by the
-/// best score: the BM25 part of a KeyOpt base relevance (`keyopt::fit::BM25_SHARES`).
-pub fn bm25_normalised(query: &str) -> HashMap<i64, f32> {
-    pg_skills_kernels::keyopt::fit::bm25_relevance_part(&bm25(
-        query,
-        None,
-        Some(BM25_RELEVANCE_DEPTH),
-    ))
+/// The BM25 part of a KeyOpt base relevance (`keyopt::fit::BM25_SHARES`) for the skills `ids`:
+/// BM25(q, s) over the most any skill could score for the query (`skills.bm25_score_supremum`:
+/// Σ idf·(k1 + 1) over its terms). It depends on the query and the skill alone, so the fit and
+/// the serving read the same value whichever skills they score, and only those skills are
+/// scored: from their postings in the bm25 index on one node (`bm25::top_k::scores_of`);
+/// where the executor must read the rows (Citus, row-level security), by the operator over
+/// them with the statistics a search uses. Skills without a query term are absent (0), and so
+/// is every skill when skills.skill has no bm25 index.
+pub fn bm25_relevance(query: &str, ids: &[i64]) -> HashMap<i64, f32> {
+    let (index, distributed) = bm25_index();
+    let Some(index) = index.filter(|_| !ids.is_empty()) else {
+        return HashMap::new();
+    };
+    let (scores, supremum) = if !distributed
+        && crate::bm25::top_k::direct_allowed(crate::bm25::top_k::skill_table())
+    {
+        let rows = crate::spi::read(|client| {
+            let mut out = Vec::new();
+            for row in client.select(
+                "SELECT id, ctid FROM skills.skill WHERE id = ANY ($1)",
+                None,
+                &[ids.to_vec().into()],
+            )? {
+                let tid = row
+                    .get::<pgrx::pg_sys::ItemPointerData>(2)?
+                    .expect("NOT NULL");
+                let (block, offset) = pgrx::itemptr::item_pointer_get_both(tid);
+                out.push((
+                    row.get::<i64>(1)?.expect("NOT NULL"),
+                    pg_skills_kernels::bm25index::Tid { block, offset },
+                ));
+            }
+            Ok::<_, pgrx::spi::Error>(out)
+        });
+        crate::bm25::top_k::scores_of(index, query, &rows)
+    } else {
+        // The query as a search would build it (a distributed table's carries the whole
+        // collection's statistics), then the operator over the asked rows only.
+        let (text, supremum) = crate::spi::read(|client| {
+            let row = client
+                .select(
+                    if distributed {
+                        "SELECT q::text, skills.bm25_score_supremum(q) FROM skills.bm25_global_query($1, $2) AS q"
+                    } else {
+                        "SELECT q::text, skills.bm25_score_supremum(q) FROM skills.bm25query($1, $2) AS q"
+                    },
+                    None,
+                    &[query.into(), index.into()],
+                )?
+                .first();
+            Ok::<_, pgrx::spi::Error>((
+                row.get::<String>(1)?.expect("NOT NULL"),
+                row.get::<f64>(2)?.unwrap_or(0.0),
+            ))
+        });
+        let scores = id_scores(
+            "SELECT s.id, -(ARRAY[s.name, s.description, s.instructions] OPERATOR(skills.<&>) $2::skills.bm25query) \
+             FROM skills.skill AS s WHERE s.id = ANY ($1)",
+            &[ids.to_vec().into(), text.into()],
+        );
+        (scores.into_iter().collect(), supremum)
+    };
+    let scores: Vec<(i64, f64)> = scores.into_iter().collect();
+    pg_skills_kernels::keyopt::fit::bm25_relevance_part(&scores, supremum)
 }
 
 /// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>` alone, which

@@ -293,6 +293,43 @@ mod tests {
         ))
     }
 
+    /// The BM25 part of a KeyOpt base relevance (`search::rank::bm25_relevance`, which scores
+    /// only the skills it is asked about) of every id up to the largest, deleted ones included,
+    /// against the operator's score of every row the user sees over
+    /// `skills.bm25_score_supremum`; returns the expected (id, value) rows.
+    fn assert_relevance_part_is_the_operator_s(query: &str, what: &str) -> Vec<(i64, f64)> {
+        let q = format!("skills.bm25query({})", quote(query));
+        let expected = id_scores(&format!(
+            "SELECT id, score / skills.bm25_score_supremum({q}) FROM \
+             (SELECT id, -({DOC} OPERATOR(skills.<&>) {q}) AS score FROM skills.skill) AS s \
+             WHERE score > 0 ORDER BY id"
+        ));
+        let last: i64 = one("SELECT max(id) FROM skills.skill");
+        let ids: Vec<i64> = (1..=last).collect();
+        // Called directly, it would see the snapshot of the test's own statement, taken before
+        // the rows above were written; a search statement reads with its own, so push a fresh
+        // one as the statement would have.
+        // SAFETY: the snapshot pushed here is popped before returning; nothing in between
+        // leaves it pushed on an error (the test aborts the transaction then).
+        let got = unsafe {
+            pgrx::pg_sys::CommandCounterIncrement();
+            pgrx::pg_sys::PushActiveSnapshot(pgrx::pg_sys::GetTransactionSnapshot());
+            let got = crate::search::rank::bm25_relevance(query, &ids);
+            pgrx::pg_sys::PopActiveSnapshot();
+            got
+        };
+        let mut got: Vec<(i64, f64)> = got.into_iter().map(|(id, r)| (id, r as f64)).collect();
+        got.sort_by_key(|r| r.0);
+        assert_eq!(ids_of(&got), ids_of(&expected), "{what} {query:?}");
+        for (g, e) in got.iter().zip(&expected) {
+            assert!(
+                (g.1 - e.1).abs() <= 1e-6 * e.1 && e.1 < 1.0,
+                "{what} {query:?}: {g:?} vs {e:?}"
+            );
+        }
+        expected
+    }
+
     fn assert_same(a: &[(i64, f64)], b: &[(i64, f64)], what: &str) {
         assert_eq!(ids_of(a), ids_of(b), "{what}: {a:?} vs {b:?}");
         for (x, y) in a.iter().zip(b) {
@@ -352,6 +389,18 @@ mod tests {
                 }
             }
         }
+        // KeyOpt's BM25 part reads the index for just the skills asked about, HOT-updated ones
+        // (whose own TID the index does not hold) among them.
+        let mut hot_scored = 0;
+        for _ in 0..6 {
+            let query = rng.words(2, 6);
+            let rows = assert_relevance_part_is_the_operator_s(&query, "direct");
+            hot_scored += rows
+                .iter()
+                .filter(|r| r.0 % 4 == 0 && r.0 % 5 != 0 && r.0 % 7 != 0)
+                .count();
+        }
+        assert!(hot_scored > 0, "no HOT-updated skill was scored");
         // Each search counts as a scan of the index (pg_stat_user_indexes.idx_scan).
         let scans =
             || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_bm25'::regclass)") };
@@ -384,6 +433,12 @@ mod tests {
         exec("SET LOCAL ROLE skills_rls_reader_test");
         let served = search(&format!("{}, k => 10", quote(query)));
         assert_same(&served, &expected, "under the policy");
+        // KeyOpt's BM25 part is read through the operator here, policies applied.
+        let rows = assert_relevance_part_is_the_operator_s(query, "under the policy");
+        assert!(
+            !rows.is_empty() && rows.iter().all(|r| r.0 % 2 == 1),
+            "{rows:?}"
+        );
         assert_refused(
             "PERFORM * FROM skills.bm25_top_k('rust', 5, NULL, skills.bm25_index())",
             "feature_not_supported",

@@ -116,7 +116,7 @@ mod tests {
         );
     }
 
-    /// A fit tries the base relevances r = qᵀk0 + w·BM25/best BM25 and records what each
+    /// A fit tries the base relevances r = qᵀk0 + w·BM25/sup BM25 and records what each
     /// scored and which it chose; a reading of a round with w > 0 serves exactly that r.
     #[pg_test]
     fn the_round_records_its_base_relevance_and_the_reading_uses_it() {
@@ -134,7 +134,12 @@ mod tests {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        assert_eq!(tried.len(), 4, "{}", report.0);
+        assert_eq!(
+            tried.len(),
+            pg_skills_kernels::keyopt::fit::BM25_SHARES.len(),
+            "{}",
+            report.0
+        );
 
         let share: f64 = one(&format!(
             "SELECT (settings ->> 'bm25_share')::float8 FROM skills.keyopt_round WHERE round = {round}"
@@ -146,7 +151,7 @@ mod tests {
             "{share} not among {tried:?}"
         );
         // Read with w = 0.25 whatever was chosen: r of each served skill is q·k0 plus a quarter
-        // of its BM25 score over the query's best.
+        // of its BM25 score over the most any skill could score for the query.
         exec(&format!(
             "UPDATE skills.keyopt_round SET settings = jsonb_set(settings, '{{bm25_share}}', '0.25') \
              WHERE round = {round}"
@@ -158,7 +163,7 @@ mod tests {
         let checked: i64 = one(&format!(
             "WITH k AS (SELECT id, semantic FROM skills.search({q}, k => 5, method => 'keyopt')), \
                   s AS (SELECT id, score FROM skills.search({q}, k => 100, method => 'semantic')), \
-                  b AS (SELECT id, score / max(score) OVER () AS score \
+                  b AS (SELECT id, score / skills.bm25_score_supremum(skills.bm25query({q})) AS score \
                         FROM skills.search({q}, k => 100, method => 'bm25')) \
              SELECT count(*) FROM k JOIN s USING (id) LEFT JOIN b USING (id) \
              WHERE abs(k.semantic - {rho} * (s.score + 0.25 * coalesce(b.score, 0))) < 1e-3"
@@ -166,9 +171,9 @@ mod tests {
         assert_eq!(checked, 5, "every served row's r mixes in BM25 at w = 0.25");
     }
 
-    /// With no round, r is q·k0 plus `pg_skills.keyopt_bm25_share` of the query's BM25 over its
-    /// best score (0: the key score alone, the semantic order); a fit with nothing to learn
-    /// from keeps the setting's share.
+    /// With no round, r is q·k0 plus `pg_skills.keyopt_bm25_share` of the skill's BM25 over the
+    /// most any skill could score for the query (0: the key score alone, the semantic order); a
+    /// fit with nothing to learn from keeps the setting's share.
     #[pg_test]
     fn with_no_round_the_base_relevance_mixes_in_the_setting_s_share_of_bm25() {
         if !have_model() {
@@ -181,15 +186,16 @@ mod tests {
             one(&format!(
                 "WITH k AS (SELECT id, semantic FROM skills.search({q}, k => 5, method => 'keyopt')), \
                       s AS (SELECT id, score FROM skills.search({q}, k => 100, method => 'semantic')), \
-                      b AS (SELECT id, score / max(score) OVER () AS score \
+                      b AS (SELECT id, score / skills.bm25_score_supremum(skills.bm25query({q})) AS score \
                             FROM skills.search({q}, k => 100, method => 'bm25')) \
                  SELECT count(*) FROM k JOIN s USING (id) LEFT JOIN b USING (id) \
                  WHERE abs(k.semantic - (s.score + {w} * coalesce(b.score, 0))) < 1e-4"
             ))
         };
         let default: f64 = one("SELECT current_setting('pg_skills.keyopt_bm25_share')::float8");
-        assert!((default - 0.1).abs() < 1e-9, "{default}");
-        assert_eq!(rows_with_r_at(0.1), 5);
+        let built_in = pg_skills_kernels::keyopt::fit::DEFAULT_BM25_SHARE;
+        assert!((default - built_in).abs() < 1e-9, "{default}");
+        assert_eq!(rows_with_r_at(default), 5);
         assert!(
             rows_with_r_at(0.0) < 5,
             "some served skill shares words with the request, so the mix changes its r"

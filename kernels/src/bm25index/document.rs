@@ -198,6 +198,18 @@ impl Scorer {
         Some(idf * max_saturated as f64 * scale * (1.0 + 1e-9) + 1e-12)
     }
 
+    /// The supremum of a document's score for this query: every query term found in the corpus
+    /// at a term frequency that tends to infinity, each then worth idf · (k1 + 1) whatever the
+    /// document's length. It depends on the query and the corpus statistics alone, so scores
+    /// divided by it mean the same whichever documents are scored.
+    pub fn supremum(&self) -> f64 {
+        self.idf
+            .iter()
+            .flatten()
+            .map(|idf| idf * (self.k1 + 1.0))
+            .sum()
+    }
+
     /// Score of a document given the counts of each query term in it (None: absent), or None
     /// when it contains no query term that occurs in the corpus.
     pub fn score(&self, counts: &[Option<FieldCounts>], length: f32) -> Option<f64> {

@@ -11,7 +11,7 @@
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::append::{for_each_record, read_meta};
 use super::codec::BlockHeader;
@@ -27,6 +27,9 @@ pub struct DocTable {
     pub tids: Vec<Tid>,
     pub lengths: Vec<f32>,
     pub fingerprints: Vec<u64>,
+    /// (TID, document) in TID order, built the first time a document is looked up by its TID
+    /// (a segment's documents are not always in TID order).
+    by_tid: OnceLock<Vec<(Tid, u32)>>,
 }
 
 impl DocTable {
@@ -40,6 +43,19 @@ impl DocTable {
         }
     }
 
+    /// The documents whose TIDs lie on heap block `block`, in TID order.
+    fn on_block(&self, block: BlockNumber) -> &[(Tid, u32)] {
+        let by_tid = self.by_tid.get_or_init(|| {
+            let mut v: Vec<(Tid, u32)> =
+                (0u32..).zip(&self.tids).map(|(d, &tid)| (tid, d)).collect();
+            v.sort_unstable();
+            v
+        });
+        let from = by_tid.partition_point(|(t, _)| t.block < block);
+        let to = from + by_tid[from..].partition_point(|(t, _)| t.block == block);
+        &by_tid[from..to]
+    }
+
     fn load<S: PageRead>(reader: &SegmentReader<'_, S>) -> Result<DocTable, Corrupt> {
         // Check `num_docs` against the document pages the segment has before sizing by it.
         reader.document_pages()?;
@@ -48,6 +64,7 @@ impl DocTable {
             tids: Vec::with_capacity(n),
             lengths: Vec::with_capacity(n),
             fingerprints: Vec::with_capacity(n),
+            by_tid: OnceLock::new(),
         };
         reader.for_each_doc(|_, e| {
             table.tids.push(e.tid);
@@ -302,6 +319,68 @@ impl<S: PageRead> PreparedQuery<'_, S> {
         let mut hits: Vec<SearchHit> = top.heap.into_iter().map(|w| w.0).collect();
         hits.sort_by(hit_order);
         Ok(hits)
+    }
+
+    /// Every live document whose heap TID lies on one of `blocks` and that holds a query term,
+    /// with its score: the score [`Self::top_k`] gives it, bit for bit. Only those documents'
+    /// postings are read (a seek per query term and document), so scoring a few known rows
+    /// costs a few block decodes however long the lists are. In TID order; a TID listed both
+    /// in a segment and in the append area (during a merge) once.
+    pub fn matches_on_blocks(
+        &self,
+        blocks: &[BlockNumber],
+        cache: &mut DocTableCache,
+    ) -> Result<Vec<(Tid, f64)>, Corrupt> {
+        let mut blocks = blocks.to_vec();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let wanted = |tid: &Tid| blocks.binary_search(&tid.block).is_ok();
+        let mut out: Vec<(Tid, f64)> = Vec::new();
+        for m in self.append.iter().filter(|m| wanted(&m.tid)) {
+            if let Some(score) = self.scorer.score(&m.counts, m.length) {
+                out.push((m.tid, score));
+            }
+        }
+        for (reader, infos) in &self.segments {
+            if infos.iter().all(Option::is_none) {
+                continue;
+            }
+            let docs = cache.table(self.meta.generation, reader)?;
+            let mut ids: Vec<u32> = blocks
+                .iter()
+                .flat_map(|&b| docs.on_block(b))
+                .map(|&(_, d)| d)
+                .filter(|&d| !docs.lengths[d as usize].is_nan())
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            ids.sort_unstable();
+            // counts[j][i]: query term i in document ids[j].
+            let mut counts: Vec<Vec<Option<FieldCounts>>> =
+                vec![vec![None; infos.len()]; ids.len()];
+            for (i, info) in infos.iter().enumerate() {
+                let Some(info) = info else { continue };
+                let mut cursor = reader.postings(info)?;
+                for (j, &d) in ids.iter().enumerate() {
+                    cursor.advance(d)?;
+                    if cursor.doc() == END {
+                        break;
+                    }
+                    if cursor.doc() == d {
+                        counts[j][i] = Some(cursor.counts());
+                    }
+                }
+            }
+            for (j, &d) in ids.iter().enumerate() {
+                if let Some(score) = self.scorer.score(&counts[j], docs.lengths[d as usize]) {
+                    out.push((docs.tids[d as usize], score));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.dedup_by_key(|(tid, _)| *tid);
+        Ok(out)
     }
 
     fn search_segment(

@@ -361,7 +361,41 @@ impl Harness {
                     }
                 }
             }
+            self.check_known_rows(&query);
         }
+    }
+
+    /// Scoring the documents on a few heap blocks ([`search::PreparedQuery::matches_on_blocks`])
+    /// gives exactly the scores the full top-k gives them, and none reaches the supremum.
+    fn check_known_rows(&mut self, query: &str) {
+        let terms = query_terms(&mut self.analyzer, query);
+        if terms.is_empty() {
+            return;
+        }
+        let last_block = (self.next_id / 50) as u64;
+        let blocks: Vec<u32> = (0..3)
+            .map(|_| self.rng.below(last_block + 1) as u32)
+            .collect();
+        let prepared = try_prepare(&self.store, &terms).unwrap();
+        let mut want: Vec<(Tid, f64)> = prepared
+            .top_k(usize::MAX)
+            .unwrap()
+            .into_iter()
+            .filter(|h| h.score > 0.0 && blocks.contains(&h.tid.block))
+            .map(|h| (h.tid, h.score))
+            .collect();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        want.dedup_by_key(|(tid, _)| *tid);
+        let got = prepared
+            .matches_on_blocks(&blocks, &mut DocTableCache::default())
+            .unwrap();
+        let context = format!("seed {} query {query:?} blocks {blocks:?}", self.seed);
+        assert_eq!(got, want, "{context}");
+        let supremum = prepared.scorer.supremum();
+        assert!(
+            got.iter().all(|&(_, score)| score < supremum),
+            "{context}: a score reaches the supremum {supremum}"
+        );
     }
 }
 

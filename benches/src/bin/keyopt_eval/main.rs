@@ -1310,12 +1310,18 @@ fn skillsbench_multi(
             texts.extend(parts);
         }
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        bm25_of.insert(id, bm25_normalised_texts(data, &texts, 100));
+        bm25_of.insert(id, bm25_normalised_texts(data, &texts));
     }
-    for share in [DEFAULT_BM25_SHARE as f32, 0.25, 0.5] {
+    for &share in &BM25_SHARES[1..] {
         let name = format!(
             "semantic, parts covered, r = q·k0 + {share}·BM25{}",
-            if neutral && share == DEFAULT_BM25_SHARE as f32 {
+            if neutral
+                && share
+                    == DEFAULT_SHARE
+                        .get()
+                        .copied()
+                        .unwrap_or(DEFAULT_BM25_SHARE as f32)
+            {
                 " (= KeyOpt as served: every round here corrects nothing)"
             } else {
                 ""
@@ -1340,7 +1346,7 @@ fn base_relevance(
     seed: u64,
 ) -> String {
     let all: Vec<usize> = (0..data.queries.len()).collect();
-    let bm25 = bm25_normalised_scores(data, &all, 100);
+    let bm25 = bm25_normalised_scores(data, &all);
     let bm25 = &bm25;
     let r = |w: f32| {
         move |q: usize, d: usize| -> f32 {
