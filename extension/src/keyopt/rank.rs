@@ -58,6 +58,8 @@ struct SearchMemo {
     /// Text → the BM25 part of r of each skill scored so far (0 included; a request's parts
     /// are read twice).
     bm25: HashMap<String, HashMap<i64, f32>>,
+    /// The bm25 index on skills.skill and whether the table is distributed.
+    bm25_index: Option<(Option<pg_sys::Oid>, bool)>,
 }
 
 thread_local! {
@@ -190,7 +192,12 @@ fn bm25_part(text: &str, ids: &[i64]) -> HashMap<i64, f32> {
     if missing.is_empty() {
         return known;
     }
-    let scored = crate::search::rank::bm25_relevance(text, &missing);
+    let index = memoised(
+        |m| m.bm25_index,
+        crate::search::rank::bm25_index,
+        |m, i| m.bm25_index = Some(*i),
+    );
+    let scored = crate::search::rank::bm25_relevance_by(index, text, &missing);
     let mut all = known;
     all.extend(
         missing

@@ -82,7 +82,7 @@ fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> V
 }
 
 /// The bm25 index on skills.skill (None: there is none), and whether Citus distributes the table.
-fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
+pub fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
     crate::spi::read(|client| {
         let row = client
             .select(
@@ -107,7 +107,16 @@ fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
 /// them with the statistics a search uses. Skills without a query term are absent (0), and so
 /// is every skill when skills.skill has no bm25 index.
 pub fn bm25_relevance(query: &str, ids: &[i64]) -> HashMap<i64, f32> {
-    let (index, distributed) = bm25_index();
+    bm25_relevance_by(bm25_index(), query, ids)
+}
+
+/// [`bm25_relevance`] with the bm25 index already looked up ([`bm25_index`]): a search that
+/// reads several texts looks it up once.
+pub fn bm25_relevance_by(
+    (index, distributed): (Option<pgrx::pg_sys::Oid>, bool),
+    query: &str,
+    ids: &[i64],
+) -> HashMap<i64, f32> {
     let Some(index) = index.filter(|_| !ids.is_empty()) else {
         return HashMap::new();
     };
