@@ -378,7 +378,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 }
             }
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by_key(|m| m.0);
         out.dedup_by_key(|(tid, _)| *tid);
         Ok(out)
     }

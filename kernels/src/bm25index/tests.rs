@@ -384,7 +384,7 @@ impl Harness {
             .filter(|h| h.score > 0.0 && blocks.contains(&h.tid.block))
             .map(|h| (h.tid, h.score))
             .collect();
-        want.sort_by(|a, b| a.0.cmp(&b.0));
+        want.sort_by_key(|w| w.0);
         want.dedup_by_key(|(tid, _)| *tid);
         let got = prepared
             .matches_on_blocks(&blocks, &mut DocTableCache::default())

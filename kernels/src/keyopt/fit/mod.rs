@@ -332,7 +332,7 @@ pub fn bm25_relevance_part(
     scores: &[(i64, f64)],
     supremum: f64,
 ) -> std::collections::HashMap<i64, f32> {
-    if !(supremum > 0.0) {
+    if supremum.is_nan() || supremum <= 0.0 {
         return std::collections::HashMap::new();
     }
     scores
