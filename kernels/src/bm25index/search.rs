@@ -363,7 +363,7 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 let Some(info) = info else { continue };
                 let mut cursor = reader.postings(info)?;
                 for (j, &d) in ids.iter().enumerate() {
-                    cursor.advance(d)?;
+                    cursor.advance_far(d)?;
                     if cursor.doc() == END {
                         break;
                     }

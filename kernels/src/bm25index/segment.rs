@@ -900,6 +900,25 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
         Ok(())
     }
 
+    /// [`Self::advance`] for targets far apart, as looking a few documents up: where the list
+    /// has skip entries, the block that would hold `target` is found by a binary search of
+    /// them and its header read directly, instead of reading every header up to it.
+    pub fn advance_far(&mut self, target: u32) -> Result<(), Corrupt> {
+        if self.doc == END || (self.decoded && self.doc >= target) {
+            return Ok(());
+        }
+        if !self.skips.is_empty() && self.header.last_doc < target {
+            // Blocks up to the current one end below `target`.
+            let after = self.blocks_loaded as usize;
+            let j = after + self.skips[after..].partition_point(|e| e.last_doc < target);
+            if !self.load_block(j as u32)? {
+                self.doc = END;
+                return Ok(());
+            }
+        }
+        self.advance(target)
+    }
+
     /// Moves to the first document ≥ `target`.
     pub fn advance(&mut self, target: u32) -> Result<(), Corrupt> {
         if self.doc == END || (self.decoded && self.doc >= target) {
