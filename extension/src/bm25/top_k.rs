@@ -127,17 +127,14 @@ fn open_skill_index(index: pg_sys::Oid) -> (pg_sys::Relation, pg_sys::Oid) {
 /// by its id and the TID of the version the statement sees (its `ctid`), and the most any
 /// document could score for `query` (0 when no query term is in the index). Only these
 /// skills' postings are read, not the whole lists (`PreparedQuery::matches_on_blocks`), so the
-/// cost does not grow with the collection. A skill without a query term is absent.
+/// cost does not grow with the collection. (id, score) in the order given; a skill without a
+/// query term is absent.
 ///
 /// The index holds the TID of a row's first version; an update that changes no indexed column
 /// (a HOT update) keeps that entry for the new version, on the same heap page. So a skill whose
 /// own TID has no entry is looked for among the entries of its page, following each one's
 /// update chain to the version the snapshot sees.
-pub fn scores_of(
-    index: pg_sys::Oid,
-    query: &str,
-    skills: &[(i64, Tid)],
-) -> (HashMap<i64, f64>, f64) {
+pub fn scores_of(index: pg_sys::Oid, query: &str, skills: &[(i64, Tid)]) -> (Vec<(i64, f64)>, f64) {
     let (rel, table) = open_skill_index(index);
     // SAFETY: `rel` is open until the end of this block; the heap is opened, read through the
     // row reader made for it, and closed after the reader is finished.
@@ -145,7 +142,7 @@ pub fn scores_of(
         let store = BufferStore::new(rel, Mode::Logged);
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
-        let mut scores = HashMap::new();
+        let mut scores = Vec::new();
         if terms.is_empty() || skills.is_empty() {
             pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             return (scores, 0.0);
@@ -164,7 +161,7 @@ pub fn scores_of(
                     .map(|m| m.1)
             });
             if let Some(score) = score {
-                scores.insert(id, score);
+                scores.push((id, score));
             }
         }
         rows.finish();

@@ -143,12 +143,13 @@ fn fit_choosing_bm25_share(
         let set = e.set.iter().flat_map(|s| s.skills.iter().copied());
         ids.extend(arms.chain(set).map(|skill| keys[skill as usize].0));
     }
+    let index = crate::search::rank::bm25_index();
     let mut bm25: HashMap<&str, HashMap<i64, f32>> = HashMap::new();
     for (task, mut ids) in served {
         pg_sys::check_for_interrupts!();
         ids.sort_unstable();
         ids.dedup();
-        bm25.insert(task, crate::search::rank::bm25_relevance(task, &ids));
+        bm25.insert(task, crate::search::rank::bm25_relevance(index, task, &ids));
     }
     let mut fits = vec![first];
     for &w in &fitting::BM25_SHARES[1..] {

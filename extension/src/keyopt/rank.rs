@@ -197,7 +197,7 @@ fn bm25_part(text: &str, ids: &[i64]) -> HashMap<i64, f32> {
         crate::search::rank::bm25_index,
         |m, i| m.bm25_index = Some(*i),
     );
-    let scored = crate::search::rank::bm25_relevance_by(index, text, &missing);
+    let scored = crate::search::rank::bm25_relevance(index, text, &missing);
     let mut all = known;
     all.extend(
         missing
@@ -541,12 +541,11 @@ pub fn ranked(
     } else if bm25_share > 0.0 {
         // r mixes in BM25: at the share the round's fit chose, or with no round at the
         // setting's.
-        let w = bm25_share;
         let ids: Vec<i64> = pool.iter().map(|p| p.0).collect();
         let bm25 = bm25_part(query, &ids);
         for &(id, _) in &pool {
             if let Some(entry) = info.get_mut(&id) {
-                entry.1 += w * bm25.get(&id).copied().unwrap_or(0.0);
+                entry.1 += bm25_share * bm25.get(&id).copied().unwrap_or(0.0);
             }
         }
     }

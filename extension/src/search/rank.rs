@@ -105,14 +105,9 @@ pub fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
 /// scored: from their postings in the bm25 index on one node (`bm25::top_k::scores_of`);
 /// where the executor must read the rows (Citus, row-level security), by the operator over
 /// them with the statistics a search uses. Skills without a query term are absent (0), and so
-/// is every skill when skills.skill has no bm25 index.
-pub fn bm25_relevance(query: &str, ids: &[i64]) -> HashMap<i64, f32> {
-    bm25_relevance_by(bm25_index(), query, ids)
-}
-
-/// [`bm25_relevance`] with the bm25 index already looked up ([`bm25_index`]): a search that
-/// reads several texts looks it up once.
-pub fn bm25_relevance_by(
+/// is every skill when skills.skill has no bm25 index. `index` is [`bm25_index`]'s answer,
+/// looked up once by a caller that reads several texts.
+pub fn bm25_relevance(
     (index, distributed): (Option<pgrx::pg_sys::Oid>, bool),
     query: &str,
     ids: &[i64],
@@ -167,9 +162,8 @@ pub fn bm25_relevance_by(
              FROM skills.skill AS s WHERE s.id = ANY ($1)",
             &[ids.to_vec().into(), text.into()],
         );
-        (scores.into_iter().collect(), supremum)
+        (scores, supremum)
     };
-    let scores: Vec<(i64, f64)> = scores.into_iter().collect();
     pg_skills_kernels::keyopt::fit::bm25_relevance_part(&scores, supremum)
 }
 

@@ -314,7 +314,8 @@ mod tests {
         let got = unsafe {
             pgrx::pg_sys::CommandCounterIncrement();
             pgrx::pg_sys::PushActiveSnapshot(pgrx::pg_sys::GetTransactionSnapshot());
-            let got = crate::search::rank::bm25_relevance(query, &ids);
+            let index = crate::search::rank::bm25_index();
+            let got = crate::search::rank::bm25_relevance(index, query, &ids);
             pgrx::pg_sys::PopActiveSnapshot();
             got
         };
