@@ -64,21 +64,28 @@ pub(super) fn top_hits(
     })
 }
 
-/// The documents of `index` on heap blocks `blocks` that hold a query term, with their scores
-/// (as [`top_hits`] scores them), and the most any document could score for `terms`
-/// (`Scorer::supremum`), under the readers lock with the cached document tables.
-pub(super) fn matches_on_blocks(
+/// The documents of `index` on heap blocks `blocks` that hold a query term, with each term's
+/// contribution to their scores (as [`top_hits`] scores them), and each term's share of the most
+/// any document could score (`Scorer::term_supremum`), under the readers lock with the cached
+/// document tables.
+pub(super) fn term_scores_on_blocks(
     index: pg_sys::Relation,
     store: &BufferStore,
     terms: &[String],
     blocks: &[u32],
-) -> (Vec<(Tid, f64)>, f64) {
+) -> TermScores {
     with_doc_tables(index, store, |cache| {
         let prepared = try_prepare(store, terms)?;
-        let matches = prepared.matches_on_blocks(blocks, cache)?;
-        Ok((matches, prepared.scorer.supremum()))
+        let scored = prepared.term_scores_on_blocks(blocks, cache)?;
+        let suprema = (0..terms.len())
+            .map(|i| prepared.scorer.term_supremum(i))
+            .collect();
+        Ok((scored, suprema))
     })
 }
+
+/// Each document with its query terms' contributions, and each term's share of the supremum.
+pub(super) type TermScores = (Vec<(Tid, Vec<Option<f64>>)>, Vec<Option<f64>>);
 
 #[derive(Default)]
 struct ScanState {

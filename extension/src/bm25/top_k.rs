@@ -19,7 +19,7 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 
 use pg_skills_kernels::bm25index::{query_terms, SearchHit, Tid};
 
-use super::{checked_meta, scan::matches_on_blocks, scan::top_hits, with_analyzer};
+use super::{checked_meta, scan::term_scores_on_blocks, scan::top_hits, with_analyzer};
 use crate::errors::raise;
 use crate::storage::{BufferStore, Mode};
 
@@ -123,51 +123,66 @@ fn open_skill_index(index: pg_sys::Oid) -> (pg_sys::Relation, pg_sys::Oid) {
     }
 }
 
-/// The BM25 scores of known skills by `index` (a bm25 index on skills.skill), each skill given
-/// by its id and the TID of the version the statement sees (its `ctid`), and the most any
-/// document could score for `query` (0 when no query term is in the index). Only these
-/// skills' postings are read, not the whole lists (`PreparedQuery::matches_on_blocks`), so the
-/// cost does not grow with the collection. (id, score) in the order given; a skill without a
-/// query term is absent.
+/// The terms of `query` as `index` (a bm25 index on skills.skill) analyses a query: distinct,
+/// in query order.
+pub fn query_terms_of(index: pg_sys::Oid, query: &str) -> Vec<String> {
+    let (rel, _) = open_skill_index(index);
+    // SAFETY: `rel` is open until the end of this block.
+    unsafe {
+        let store = BufferStore::new(rel, Mode::Logged);
+        let meta = checked_meta(&store, rel);
+        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        terms
+    }
+}
+
+/// Each of `terms`' contribution to the BM25 scores of known skills by `index` (a bm25 index on
+/// skills.skill), each skill given by its id and the TID of the version the statement sees (its
+/// `ctid`), and each term's share of the most any document could score (None: no document holds
+/// it). A query's score is the sum of its terms' contributions in query order
+/// (`TermScoreMemo`). Only these skills' postings are read, not the whole lists
+/// (`PreparedQuery::term_scores_on_blocks`), so the cost does not grow with the collection.
+/// (id, contributions) in the order given; a skill without a term is absent.
 ///
 /// The index holds the TID of a row's first version; an update that changes no indexed column
 /// (a HOT update) keeps that entry for the new version, on the same heap page. So a skill whose
 /// own TID has no entry is looked for among the entries of its page, following each one's
 /// update chain to the version the snapshot sees.
-pub fn scores_of(index: pg_sys::Oid, query: &str, skills: &[(i64, Tid)]) -> (Vec<(i64, f64)>, f64) {
+pub fn term_scores_of(
+    index: pg_sys::Oid,
+    terms: &[String],
+    skills: &[(i64, Tid)],
+) -> (Vec<(i64, Vec<Option<f64>>)>, Vec<Option<f64>>) {
+    if terms.is_empty() || skills.is_empty() {
+        return (Vec::new(), vec![None; terms.len()]);
+    }
     let (rel, table) = open_skill_index(index);
     // SAFETY: `rel` is open until the end of this block; the heap is opened, read through the
     // row reader made for it, and closed after the reader is finished.
     unsafe {
         let store = BufferStore::new(rel, Mode::Logged);
-        let meta = checked_meta(&store, rel);
-        let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
-        let mut scores = Vec::new();
-        if terms.is_empty() || skills.is_empty() {
-            pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            return (scores, 0.0);
-        }
         let blocks: Vec<u32> = skills.iter().map(|s| s.1.block).collect();
-        let (matches, supremum) = matches_on_blocks(rel, &store, &terms, &blocks);
-        let by_tid: HashMap<Tid, f64> = matches.iter().copied().collect();
+        let (matches, suprema) = term_scores_on_blocks(rel, &store, terms, &blocks);
+        let by_tid: HashMap<Tid, usize> =
+            matches.iter().enumerate().map(|(i, m)| (m.0, i)).collect();
         let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let mut rows = RowReader::new(heap, None);
+        let mut scores = Vec::new();
         for &(id, tid) in skills {
-            let score = by_tid.get(&tid).copied().or_else(|| {
-                matches
-                    .iter()
-                    .filter(|(t, _)| t.block == tid.block && *t != tid)
-                    .find(|(t, _)| rows.visible_id(*t) == Some(id))
-                    .map(|m| m.1)
+            let found = by_tid.get(&tid).copied().or_else(|| {
+                matches.iter().position(|(t, _)| {
+                    t.block == tid.block && *t != tid && rows.visible_id(*t) == Some(id)
+                })
             });
-            if let Some(score) = score {
-                scores.push((id, score));
+            if let Some(i) = found {
+                scores.push((id, matches[i].1.clone()));
             }
         }
         rows.finish();
         pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        (scores, supremum)
+        (scores, suprema)
     }
 }
 

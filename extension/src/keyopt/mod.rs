@@ -149,7 +149,12 @@ fn fit_choosing_bm25_share(
         pg_sys::check_for_interrupts!();
         ids.sort_unstable();
         ids.dedup();
-        bm25.insert(task, crate::search::rank::bm25_relevance(index, task, &ids));
+        // A memo per task: the fit's statements may see statistics move between tasks.
+        let mut memo = crate::search::rank::Bm25Memo::default();
+        bm25.insert(
+            task,
+            crate::search::rank::bm25_relevance(index, task, &ids, &mut memo),
+        );
     }
     let mut fits = vec![first];
     for &w in &fitting::BM25_SHARES[1..] {

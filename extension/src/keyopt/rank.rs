@@ -55,9 +55,9 @@ struct SearchMemo {
     packed: HashMap<(i32, i64), Option<PackedRow>>,
     /// (key, fitted runs up to) → the nearest runs.
     neighbours: Vec<(Vec<f32>, i64, Vec<(f32, Vec<Arm>)>)>,
-    /// Text → the BM25 part of r of each skill scored so far (0 included; a request's parts
-    /// are read twice).
-    bm25: HashMap<String, HashMap<i64, f32>>,
+    /// The (term, skill) BM25 contributions read so far: a request's parts are read twice,
+    /// and their terms are the request's.
+    bm25: crate::search::rank::Bm25Memo,
     /// The bm25 index on skills.skill and whether the table is distributed.
     bm25_index: Option<(Option<pg_sys::Oid>, bool)>,
 }
@@ -176,40 +176,27 @@ fn candidate_select() -> String {
 }
 
 /// The BM25 part of r for `text` of the skills `ids` (`search::rank::bm25_relevance`), each
-/// read once per search.
+/// (term, skill) pair read once per search.
 fn bm25_part(text: &str, ids: &[i64]) -> HashMap<i64, f32> {
-    let known = SEARCH_MEMO.with(|m| {
-        m.borrow()
-            .as_ref()
-            .and_then(|memo| memo.bm25.get(text).cloned())
-            .unwrap_or_default()
-    });
-    let missing: Vec<i64> = ids
-        .iter()
-        .copied()
-        .filter(|id| !known.contains_key(id))
-        .collect();
-    if missing.is_empty() {
-        return known;
-    }
     let index = memoised(
         |m| m.bm25_index,
         crate::search::rank::bm25_index,
         |m, i| m.bm25_index = Some(*i),
     );
-    let scored = crate::search::rank::bm25_relevance(index, text, &missing);
-    let mut all = known;
-    all.extend(
-        missing
-            .iter()
-            .map(|id| (*id, scored.get(id).copied().unwrap_or(0.0))),
-    );
+    // Taken out while the index is read (its SPI must not meet a borrowed memo), put back after.
+    let mut bm25 = SEARCH_MEMO.with(|m| {
+        m.borrow_mut()
+            .as_mut()
+            .map(|memo| std::mem::take(&mut memo.bm25))
+            .unwrap_or_default()
+    });
+    let part = crate::search::rank::bm25_relevance(index, text, ids, &mut bm25);
     SEARCH_MEMO.with(|m| {
         if let Some(memo) = m.borrow_mut().as_mut() {
-            memo.bm25.insert(text.to_string(), all.clone());
+            memo.bm25 = bm25;
         }
     });
-    all
+    part
 }
 
 /// The past runs nearest `key` among those the round fitted, with their usable arms.

@@ -98,19 +98,32 @@ pub fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
     })
 }
 
+/// What the BM25 parts of one search's texts (a request and its parts, whose terms are the
+/// request's) share: each (term, skill) contribution read from the index so far, each text's
+/// terms, each skill's TID. Valid for one snapshot: a search's readings share it, a fit's task
+/// starts a new one.
+#[derive(Default)]
+pub struct Bm25Memo {
+    contributions: pg_skills_kernels::bm25index::TermScoreMemo<i64>,
+    terms: HashMap<String, Vec<String>>,
+    tids: HashMap<i64, Option<pg_skills_kernels::bm25index::Tid>>,
+}
+
 /// The BM25 part of a KeyOpt base relevance (`keyopt::fit::BM25_SHARES`) for the skills `ids`:
 /// BM25(q, s) over the most any skill could score for the query (`skills.bm25_score_supremum`:
 /// Σ idf·(k1 + 1) over its terms). It depends on the query and the skill alone, so the fit and
 /// the serving read the same value whichever skills they score, and only those skills are
-/// scored: from their postings in the bm25 index on one node (`bm25::top_k::scores_of`);
-/// where the executor must read the rows (Citus, row-level security), by the operator over
-/// them with the statistics a search uses. Skills without a query term are absent (0), and so
-/// is every skill when skills.skill has no bm25 index. `index` is [`bm25_index`]'s answer,
-/// looked up once by a caller that reads several texts.
+/// scored: from their postings in the bm25 index on one node (`bm25::top_k::term_scores_of`),
+/// each (term, skill) pair once per `memo`; where the executor must read the rows (Citus,
+/// row-level security), by the operator over them with the statistics a search uses. Skills
+/// without a query term are absent (0), and so is every skill when skills.skill has no bm25
+/// index. `index` is [`bm25_index`]'s answer, looked up once by a caller that reads several
+/// texts.
 pub fn bm25_relevance(
     (index, distributed): (Option<pgrx::pg_sys::Oid>, bool),
     query: &str,
     ids: &[i64],
+    memo: &mut Bm25Memo,
 ) -> HashMap<i64, f32> {
     let Some(index) = index.filter(|_| !ids.is_empty()) else {
         return HashMap::new();
@@ -118,25 +131,7 @@ pub fn bm25_relevance(
     let (scores, supremum) = if !distributed
         && crate::bm25::top_k::direct_allowed(crate::bm25::top_k::skill_table())
     {
-        let rows = crate::spi::read(|client| {
-            let mut out = Vec::new();
-            for row in client.select(
-                "SELECT id, ctid FROM skills.skill WHERE id = ANY ($1)",
-                None,
-                &[ids.to_vec().into()],
-            )? {
-                let tid = row
-                    .get::<pgrx::pg_sys::ItemPointerData>(2)?
-                    .expect("NOT NULL");
-                let (block, offset) = pgrx::itemptr::item_pointer_get_both(tid);
-                out.push((
-                    row.get::<i64>(1)?.expect("NOT NULL"),
-                    pg_skills_kernels::bm25index::Tid { block, offset },
-                ));
-            }
-            Ok::<_, pgrx::spi::Error>(out)
-        });
-        crate::bm25::top_k::scores_of(index, query, &rows)
+        memoised_scores(index, query, ids, memo)
     } else {
         // The query as a search would build it (a distributed table's carries the whole
         // collection's statistics), then the operator over the asked rows only.
@@ -165,6 +160,78 @@ pub fn bm25_relevance(
         (scores, supremum)
     };
     pg_skills_kernels::keyopt::fit::bm25_relevance_part(&scores, supremum)
+}
+
+/// BM25(`query`, s) of the skills `ids` that hold a query term, and the query's supremum, from
+/// the contributions `memo` holds, reading from the index only the (term, skill) pairs it lacks.
+fn memoised_scores(
+    index: pgrx::pg_sys::Oid,
+    query: &str,
+    ids: &[i64],
+    memo: &mut Bm25Memo,
+) -> (Vec<(i64, f64)>, f64) {
+    let terms = match memo.terms.get(query) {
+        Some(terms) => terms.clone(),
+        None => {
+            let terms = crate::bm25::top_k::query_terms_of(index, query);
+            memo.terms.insert(query.to_string(), terms.clone());
+            terms
+        }
+    };
+    if terms.is_empty() {
+        return (Vec::new(), 0.0);
+    }
+    let (need_terms, need_ids) = memo.contributions.missing(&terms, ids);
+    if !need_ids.is_empty() {
+        let unknown: Vec<i64> = need_ids
+            .iter()
+            .copied()
+            .filter(|id| !memo.tids.contains_key(id))
+            .collect();
+        if !unknown.is_empty() {
+            // A skill the snapshot does not see keeps None: it scores nothing.
+            memo.tids.extend(unknown.iter().map(|&id| (id, None)));
+            memo.tids.extend(
+                skill_tids(&unknown)
+                    .into_iter()
+                    .map(|(id, t)| (id, Some(t))),
+            );
+        }
+        let skills: Vec<(i64, pg_skills_kernels::bm25index::Tid)> = need_ids
+            .iter()
+            .filter_map(|id| memo.tids[id].map(|t| (*id, t)))
+            .collect();
+        let (scored, suprema) = crate::bm25::top_k::term_scores_of(index, &need_terms, &skills);
+        memo.contributions
+            .record(&need_terms, &suprema, &need_ids, &scored);
+    }
+    let scores = ids
+        .iter()
+        .filter_map(|id| memo.contributions.score(&terms, id).map(|s| (*id, s)))
+        .collect();
+    (scores, memo.contributions.supremum(&terms))
+}
+
+/// The `ctid` of each skill of `ids` the statement sees.
+fn skill_tids(ids: &[i64]) -> Vec<(i64, pg_skills_kernels::bm25index::Tid)> {
+    crate::spi::read(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT id, ctid FROM skills.skill WHERE id = ANY ($1)",
+            None,
+            &[ids.to_vec().into()],
+        )? {
+            let tid = row
+                .get::<pgrx::pg_sys::ItemPointerData>(2)?
+                .expect("NOT NULL");
+            let (block, offset) = pgrx::itemptr::item_pointer_get_both(tid);
+            out.push((
+                row.get::<i64>(1)?.expect("NOT NULL"),
+                pg_skills_kernels::bm25index::Tid { block, offset },
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(out)
+    })
 }
 
 /// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>` alone, which

@@ -315,7 +315,19 @@ mod tests {
             pgrx::pg_sys::CommandCounterIncrement();
             pgrx::pg_sys::PushActiveSnapshot(pgrx::pg_sys::GetTransactionSnapshot());
             let index = crate::search::rank::bm25_index();
-            let got = crate::search::rank::bm25_relevance(index, query, &ids);
+            let mut memo = crate::search::rank::Bm25Memo::default();
+            let got = crate::search::rank::bm25_relevance(index, query, &ids, &mut memo);
+            // A search's later texts reuse what its earlier ones read: a wider text over some
+            // of the skills, then this one over all of them, scores as this one alone does.
+            let mut shared = crate::search::rank::Bm25Memo::default();
+            let wider = format!("debug the {query} error again");
+            let some: Vec<i64> = ids.iter().copied().filter(|id| id % 3 != 1).collect();
+            crate::search::rank::bm25_relevance(index, &wider, &some, &mut shared);
+            let again = crate::search::rank::bm25_relevance(index, query, &ids, &mut shared);
+            assert_eq!(
+                again, got,
+                "{what} {query:?}: through a memo a wider text filled"
+            );
             pgrx::pg_sys::PopActiveSnapshot();
             got
         };

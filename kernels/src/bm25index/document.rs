@@ -210,21 +210,44 @@ impl Scorer {
             .sum()
     }
 
+    /// One term's share of [`Scorer::supremum`]: idf · (k1 + 1), None for a term no document
+    /// contains.
+    pub fn term_supremum(&self, term_index: usize) -> Option<f64> {
+        self.idf[term_index].map(|idf| idf * (self.k1 + 1.0))
+    }
+
     /// Score of a document given the counts of each query term in it (None: absent), or None
     /// when it contains no query term that occurs in the corpus.
     pub fn score(&self, counts: &[Option<FieldCounts>], length: f32) -> Option<f64> {
-        let mut score = 0.0;
-        let mut matched = false;
-        for (i, c) in counts.iter().enumerate() {
-            if let (Some(c), Some(_)) = (c, self.idf[i]) {
-                if weighted_tf(&self.weights, c) > 0.0 {
-                    matched = true;
-                    score += self.term(i, c, length);
-                }
-            }
-        }
-        matched.then_some(score)
+        sum_of_terms(&self.term_scores(counts, length))
     }
+
+    /// Each query term's contribution to the score of a document with `counts` (None: the
+    /// term is absent from it or from the corpus, and adds nothing).
+    pub fn term_scores(&self, counts: &[Option<FieldCounts>], length: f32) -> Vec<Option<f64>> {
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match (c, self.idf[i]) {
+                (Some(c), Some(_)) if weighted_tf(&self.weights, c) > 0.0 => {
+                    Some(self.term(i, c, length))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A document's score from its query terms' contributions ([`Scorer::term_scores`]), summed
+/// in query order, or None when no term contributes.
+pub fn sum_of_terms(terms: &[Option<f64>]) -> Option<f64> {
+    let mut score = 0.0;
+    let mut matched = false;
+    for t in terms.iter().flatten() {
+        matched = true;
+        score += t;
+    }
+    matched.then_some(score)
 }
 
 /// Rounds a weighted tf up to f32 so a stored maximum never falls below the true value.

@@ -22,6 +22,7 @@ pub mod maintenance;
 pub mod search;
 pub mod segment;
 pub mod skips;
+pub mod term_memo;
 
 pub use corpus::Corpus;
 pub use document::{analyze, query_terms, AnalyzedDoc, QueryStats, Scorer};
@@ -30,6 +31,7 @@ pub use maintenance::{Exclusion, NoReaders};
 #[cfg(test)]
 pub use search::all_documents;
 pub use search::{documents_after, try_prepare, DocTableCache, SearchHit};
+pub use term_memo::TermScoreMemo;
 
 pub use crate::page::Corrupt;
 use crate::page::PageRead;

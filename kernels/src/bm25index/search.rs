@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use super::append::{for_each_record, read_meta};
 use super::codec::BlockHeader;
 use super::dictionary::TermInfo;
-use super::document::{stored_length, FieldCounts, QueryStats, Scorer};
+use super::document::{stored_length, sum_of_terms, FieldCounts, QueryStats, Scorer};
 use super::format::{Corrupt, Meta, Tid};
 use super::segment::{written_avg_length, PostingCursor, SegmentReader, END};
 use crate::page::{BlockNumber, PageRead, NO_BLOCK};
@@ -331,14 +331,31 @@ impl<S: PageRead> PreparedQuery<'_, S> {
         blocks: &[BlockNumber],
         cache: &mut DocTableCache,
     ) -> Result<Vec<(Tid, f64)>, Corrupt> {
+        Ok(self
+            .term_scores_on_blocks(blocks, cache)?
+            .into_iter()
+            .filter_map(|(tid, terms)| sum_of_terms(&terms).map(|score| (tid, score)))
+            .collect())
+    }
+
+    /// As [`Self::matches_on_blocks`], each document with every query term's contribution to
+    /// its score ([`Scorer::term`]; None where the term adds nothing): a query's score is the
+    /// [`sum_of_terms`] of its terms' contributions, so the contributions of a query's terms
+    /// score any query made of some of them ([`TermScoreMemo`]).
+    pub fn term_scores_on_blocks(
+        &self,
+        blocks: &[BlockNumber],
+        cache: &mut DocTableCache,
+    ) -> Result<Vec<(Tid, Vec<Option<f64>>)>, Corrupt> {
         let mut blocks = blocks.to_vec();
         blocks.sort_unstable();
         blocks.dedup();
         let wanted = |tid: &Tid| blocks.binary_search(&tid.block).is_ok();
-        let mut out: Vec<(Tid, f64)> = Vec::new();
+        let mut out: Vec<(Tid, Vec<Option<f64>>)> = Vec::new();
         for m in self.append.iter().filter(|m| wanted(&m.tid)) {
-            if let Some(score) = self.scorer.score(&m.counts, m.length) {
-                out.push((m.tid, score));
+            let terms = self.scorer.term_scores(&m.counts, m.length);
+            if terms.iter().any(Option::is_some) {
+                out.push((m.tid, terms));
             }
         }
         for (reader, infos) in &self.segments {
@@ -373,8 +390,11 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 }
             }
             for (j, &d) in ids.iter().enumerate() {
-                if let Some(score) = self.scorer.score(&counts[j], docs.lengths[d as usize]) {
-                    out.push((docs.tids[d as usize], score));
+                let terms = self
+                    .scorer
+                    .term_scores(&counts[j], docs.lengths[d as usize]);
+                if terms.iter().any(Option::is_some) {
+                    out.push((docs.tids[d as usize], terms));
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! VACUUM, every query answered by both and compared (same documents in the same order, same
 //! scores). A failure prints the seed; `PGS_FUZZ_SEED=<seed>` replays it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::maintenance::{
     add_segment, bulk_delete, flush_append, flush_append_in_load, initialize, merge_all,
@@ -395,6 +395,67 @@ impl Harness {
         assert!(
             got.iter().all(|&(_, score)| score < supremum),
             "{context}: a score reaches the supremum {supremum}"
+        );
+        self.check_term_memo(&terms, &blocks, &got, supremum, &context);
+    }
+
+    /// The terms' contributions recorded once score the whole query and any query made of some
+    /// of its terms, in any order, exactly as scoring that query alone does.
+    fn check_term_memo(
+        &mut self,
+        terms: &[String],
+        blocks: &[u32],
+        whole: &[(Tid, f64)],
+        supremum: f64,
+        context: &str,
+    ) {
+        let prepared = try_prepare(&self.store, terms).unwrap();
+        let scored = prepared
+            .term_scores_on_blocks(blocks, &mut DocTableCache::default())
+            .unwrap();
+        let docs: Vec<Tid> = scored.iter().map(|s| s.0).collect();
+        let suprema: Vec<Option<f64>> = (0..terms.len())
+            .map(|i| prepared.scorer.term_supremum(i))
+            .collect();
+        let mut memo = TermScoreMemo::default();
+        assert_eq!(memo.missing(terms, &docs).1, docs, "{context}");
+        memo.record(terms, &suprema, &docs, &scored);
+        assert_eq!(memo.missing(terms, &docs), (vec![], vec![]), "{context}");
+        assert_eq!(
+            docs,
+            whole.iter().map(|w| w.0).collect::<Vec<_>>(),
+            "{context}"
+        );
+        for (tid, score) in whole {
+            assert_eq!(memo.score(terms, tid), Some(*score), "{context}: {tid:?}");
+        }
+        assert_eq!(memo.supremum(terms), supremum, "{context}");
+        let mut part: Vec<String> = terms
+            .iter()
+            .filter(|_| self.rng.below(2) == 0)
+            .cloned()
+            .collect();
+        self.rng.shuffle(&mut part);
+        if part.is_empty() {
+            return;
+        }
+        let alone = try_prepare(&self.store, &part).unwrap();
+        let want: HashMap<Tid, f64> = alone
+            .matches_on_blocks(blocks, &mut DocTableCache::default())
+            .unwrap()
+            .into_iter()
+            .collect();
+        for tid in &docs {
+            assert_eq!(
+                memo.score(&part, tid),
+                want.get(tid).copied(),
+                "{context}: part {part:?}, {tid:?}"
+            );
+        }
+        assert_eq!(
+            memo.supremum(&part),
+            alone.scorer.supremum(),
+            "{context}: part {part:?}"
         );
     }
 }
