@@ -154,8 +154,9 @@ pub fn term_scores_of(
     terms: &[String],
     skills: &[(i64, Tid)],
 ) -> (Vec<(i64, Vec<Option<f64>>)>, Vec<Option<f64>>) {
-    if terms.is_empty() || skills.is_empty() {
-        return (Vec::new(), vec![None; terms.len()]);
+    // With no skill the terms' suprema are still read: a memo keeps the first it is given.
+    if terms.is_empty() {
+        return (Vec::new(), Vec::new());
     }
     let (rel, table) = open_skill_index(index);
     // SAFETY: `rel` is open until the end of this block; the heap is opened, read through the

@@ -306,6 +306,12 @@ mod tests {
         ));
         let last: i64 = one("SELECT max(id) FROM skills.skill");
         let ids: Vec<i64> = (1..=last).collect();
+        let present = ids_of(&id_scores("SELECT id, 0::float8 FROM skills.skill"));
+        let unseen: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| !present.contains(id))
+            .collect();
         // Called directly, it would see the snapshot of the test's own statement, taken before
         // the rows above were written; a search statement reads with its own, so push a fresh
         // one as the statement would have.
@@ -327,6 +333,14 @@ mod tests {
             assert_eq!(
                 again, got,
                 "{what} {query:?}: through a memo a wider text filled"
+            );
+            // A memo whose first reading met only skills the snapshot does not see.
+            let mut first_unseen = crate::search::rank::Bm25Memo::default();
+            crate::search::rank::bm25_relevance(index, query, &unseen, &mut first_unseen);
+            let after = crate::search::rank::bm25_relevance(index, query, &ids, &mut first_unseen);
+            assert_eq!(
+                after, got,
+                "{what} {query:?}: after a reading of unseen skills alone"
             );
             pgrx::pg_sys::PopActiveSnapshot();
             got
