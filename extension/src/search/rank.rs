@@ -224,10 +224,9 @@ fn skill_tids(ids: &[i64]) -> Vec<(i64, pg_skills_kernels::bm25index::Tid)> {
             let tid = row
                 .get::<pgrx::pg_sys::ItemPointerData>(2)?
                 .expect("NOT NULL");
-            let (block, offset) = pgrx::itemptr::item_pointer_get_both(tid);
             out.push((
                 row.get::<i64>(1)?.expect("NOT NULL"),
-                pg_skills_kernels::bm25index::Tid { block, offset },
+                crate::am::tid_of(&tid),
             ));
         }
         Ok::<_, pgrx::spi::Error>(out)
