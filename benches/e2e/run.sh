@@ -10,6 +10,8 @@
 # SKILLS_LOAD=<release skills-load>. Rows: the shared corpus replicated to N skills
 # (benches/common.sh). KEEP=1 leaves the server running; REUSE=1 runs again on the server
 # left running (restarted, so that it loads the library installed since: before/after).
+# ALONE="5 24 20" also sends each of those requests (bench_query.i) alone, key cached, for
+# SECONDS_PER_RUN per method: p50/p95 of one request's calls (requests of several parts).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -123,3 +125,19 @@ for m in $METHODS ${PEERS-fts operator}; do
     echo "| $label | $c | $a50 / $a95 | $aq | $e | $calls |"
   done
 done
+
+# One request at a time (ALONE): the same text every call, so its key stays cached; the first
+# 20 calls (the encoder's first use in the backend) are left out.
+if [ -n "${ALONE:-}" ]; then
+  echo
+  echo "| method | request (bench_query.i) | sentences | p50 / p95 ms, key cached | QPS |"
+  echo "|---|---|---|---|---|"
+  for m in $METHODS; do
+    for i in $ALONE; do
+      printf 'SELECT count(*) FROM (%s) AS x;\n' "$(search_sql "$m" | sed "s/:qt/(SELECT q FROM bench_query WHERE i = $i)/")" > "$D/alone.sql"
+      parts=$(q $P "SELECT array_length(regexp_split_to_array(q, '[.?!]+ +'), 1) FROM bench_query WHERE i = $i")
+      read -r a50 a95 aq <<< "$(WARM=20 pgbench_run "$B" "$D" $P "$D/alone.sql" 1 "$SECONDS_PER_RUN")"
+      echo "| skills.search $m | $i | $parts | $a50 / $a95 | $aq |"
+    done
+  done
+fi

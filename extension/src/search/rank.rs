@@ -266,6 +266,8 @@ pub fn semantic(
 
 /// Semantic (id, q·k0) of exactly the skills `ids` that have a key (any order), for each of
 /// `keys`: one statement for all (the keys travel as one array, key i at [512·i + 1, 512·(i + 1)]).
+/// Each key is cut from the array and converted once (a materialised CTE), not once per skill:
+/// per row, that conversion cost more than the product.
 fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
     let dims = keys.first().map_or(0, |k| k.len());
     debug_assert!(keys.iter().all(|k| k.len() == dims));
@@ -273,9 +275,11 @@ fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
     let mut out = vec![Vec::new(); keys.len()];
     crate::spi::read(|client| {
         let rows = client.select(
-            "SELECT g.i, sk.skill_id, \
-                    (-(sk.k0 OPERATOR(skills.<#>) skills.key(($1::real[])[g.i * $3 + 1 : (g.i + 1) * $3])))::float8 \
-             FROM generate_series(0, $4 - 1) AS g(i), skills.skill_key AS sk WHERE sk.skill_id = ANY ($2)",
+            "WITH g AS MATERIALIZED ( \
+                 SELECT i, skills.key(($1::real[])[i * $3 + 1 : (i + 1) * $3]) AS q \
+                 FROM generate_series(0, $4 - 1) AS i) \
+             SELECT g.i, sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) g.q))::float8 \
+             FROM g, skills.skill_key AS sk WHERE sk.skill_id = ANY ($2)",
             None,
             &[
                 flat.into(),
