@@ -302,8 +302,10 @@ fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
 
 /// The best `depth` rows (all: None) by score descending, ties by id, from `fetch(limit)`: rows
 /// ordered by an index's distance with that LIMIT (None: no limit). One row more than `depth`
-/// is read; when it ties the last kept one, 4× more, until the row past the cut scores lower, so
-/// the rows tied at the cut are all in hand before they are ordered by id.
+/// is read; when it ties the last kept one, 4× more, until the last row read scores lower than
+/// the last kept one, so the rows tied at the cut are all in hand before they are ordered by id.
+/// (Not until the row just past the cut scores lower: when two skills at the cut tie, as copies
+/// of one skill do, that never happens, and every key was read.)
 pub fn closed_top<T>(
     depth: Option<usize>,
     fetch: impl Fn(Option<usize>) -> Vec<T>,
@@ -327,7 +329,7 @@ pub fn closed_top<T>(
     loop {
         let mut rows = fetch(Some(limit));
         order(&mut rows);
-        let closed = rows.len() < limit || key(&rows[depth]).1 < key(&rows[depth - 1]).1;
+        let closed = rows.len() < limit || key(&rows[rows.len() - 1]).1 < key(&rows[depth - 1]).1;
         if closed {
             rows.truncate(depth);
             return rows;
@@ -578,4 +580,39 @@ pub fn keyopt_served(
         );
         (ranking, used)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closed_top;
+
+    /// Rows tied at the cut are read until one scores lower, not until the table ends: with
+    /// the 10th and 11th best tied (copies of one skill), a LIMIT of 44 closes the top 10.
+    #[test]
+    fn ties_at_the_cut_are_read_until_a_lower_score() {
+        // 10,000 rows, score falling with id, but ids 9, 10 and 11 tie (ranks 10 to 12); the
+        // "index" returns tied rows in descending id order.
+        let table: Vec<(i64, f64)> = (0..10_000)
+            .map(|id| {
+                let score = if (9..=11).contains(&id) {
+                    9.5
+                } else {
+                    id as f64
+                };
+                (id, 1.0 - score / 10_000.0)
+            })
+            .collect();
+        let limits = std::cell::RefCell::new(Vec::new());
+        let fetch = |limit: Option<usize>| {
+            limits.borrow_mut().push(limit);
+            let mut rows = table.clone();
+            rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+            rows.truncate(limit.unwrap_or(usize::MAX));
+            rows
+        };
+        let top = closed_top(Some(10), fetch, |r| *r);
+        let ids: Vec<i64> = top.iter().map(|r| r.0).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(*limits.borrow(), vec![Some(11), Some(44)]);
+    }
 }
