@@ -142,6 +142,115 @@ pub fn try_run(query: &str, args: &[DatumWithOid<'_>]) -> spi::Result<()> {
     with_fixed_search_path(|| Spi::run_with_args(query, args))
 }
 
+/// Plans this backend keeps for the statements a search runs many times per call, by statement
+/// text and argument types. A request of several parts runs a dozen or more statements per call,
+/// and planning each of them every time was about a fifth of such a call (perf, 100,000
+/// skills). The plans are generic: each statement sent here plans the same whatever its
+/// arguments (an index scan in key order under a LIMIT, primary-key lookups of `= ANY ($n)`).
+/// Postgres plans a kept statement again when what its plan depends on changes (DDL on its
+/// tables, the role under row-level security, the search_path).
+///
+/// Not where Citus is installed: its distributed plans are built per call, and a search there
+/// plans every statement as before.
+struct KeptPlans {
+    plans: std::collections::HashMap<
+        (String, Vec<pg_sys::Oid>),
+        std::rc::Rc<spi::OwnedPreparedStatement>,
+    >,
+}
+
+/// Kept plans at most (the statement texts carry a few settings, such as the key breadth); past
+/// it they are all let go and planned again.
+const MAX_KEPT_PLANS: usize = 64;
+
+thread_local! {
+    static KEPT_PLANS: std::cell::RefCell<KeptPlans> = std::cell::RefCell::new(KeptPlans {
+        plans: std::collections::HashMap::new(),
+    });
+}
+
+/// Whether statements may run on kept plans: not with Citus in the database.
+pub fn plans_may_be_kept() -> bool {
+    // SAFETY: a syscache lookup on the backend's thread inside a transaction (SPI needs one).
+    unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) == pg_sys::InvalidOid }
+}
+
+/// Runs read-only `sql` with `args` in `client` (inside [`read`]) on a plan this backend keeps
+/// (see [`KeptPlans`]): planned once, generic, then executed with each call's arguments.
+pub fn select_kept<'conn>(
+    client: &SpiClient<'conn>,
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+) -> spi::Result<spi::SpiTupleTable<'conn>> {
+    if !plans_may_be_kept() {
+        return client.select(sql, None, args);
+    }
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let cache_key = (sql.to_string(), types);
+    let kept = KEPT_PLANS.with(|k| k.borrow().plans.get(&cache_key).cloned());
+    let plan = match kept {
+        Some(plan) => plan,
+        None => {
+            let oids: Vec<pgrx::PgOid> =
+                cache_key.1.iter().map(|&o| pgrx::PgOid::from(o)).collect();
+            let plan = std::rc::Rc::new(client.prepare(sql, &oids)?.keep());
+            KEPT_PLANS.with(|k| {
+                let mut k = k.borrow_mut();
+                if k.plans.len() >= MAX_KEPT_PLANS {
+                    k.plans.clear();
+                }
+                k.plans.insert(cache_key, plan.clone());
+            });
+            plan
+        }
+    };
+    // The map is not borrowed while the statement runs: a function it calls may run one too.
+    let _generic = GenericPlans::enter();
+    client.select(&*plan, None, args)
+}
+
+/// `plan_cache_mode = force_generic_plan` for the statements [`select_kept`] runs, restored
+/// afterwards (a kept plan would otherwise be planned again for its first five calls, and then
+/// whenever a custom plan looks cheaper, which for these statements it always does by a little).
+struct GenericPlans {
+    nest_level: i32,
+}
+
+impl GenericPlans {
+    fn enter() -> Self {
+        // SAFETY: as in FixedSearchPath::enter.
+        let nest_level = unsafe { pg_sys::NewGUCNestLevel() };
+        unsafe {
+            pg_sys::set_config_option(
+                c"plan_cache_mode".as_ptr(),
+                c"force_generic_plan".as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
+        GenericPlans { nest_level }
+    }
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            // SAFETY: as in FixedSearchPath's drop.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
+        }
+    }
+}
+
+/// Kept plans of this backend (tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn kept_plans() -> usize {
+    KEPT_PLANS.with(|k| k.borrow().plans.len())
+}
+
 /// An SPI error is the extension's own mistake (a statement and its reader disagree), not the
 /// caller's: XX000.
 fn raise_spi_error(e: spi::Error) -> ! {

@@ -150,9 +150,18 @@ pub fn score_unit() -> f32 {
 }
 
 /// (skill id, content hash, semantic score) rows of a candidate query.
-fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String, f32)> {
+/// On a plan this backend keeps when `kept` (`spi::select_kept`).
+fn candidates(
+    sql: &str,
+    args: &[pgrx::datum::DatumWithOid],
+    kept: bool,
+) -> Vec<(i64, String, f32)> {
     crate::spi::read(|client| {
-        let rows = client.select(sql, None, args)?;
+        let rows = if kept {
+            crate::spi::select_kept(client, sql, args)?
+        } else {
+            client.select(sql, None, args)?
+        };
         let mut out = Vec::new();
         for row in rows {
             out.push((
@@ -307,10 +316,10 @@ fn packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, PackedRow> {
 
 fn read_packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, PackedRow> {
     crate::spi::read(|client| {
-        let rows = client.select(
+        let rows = crate::spi::select_kept(
+            client,
             "SELECT skill_id, content_hash, packed, lift_bound FROM skills.keyopt_skill \
              WHERE round = $1 AND skill_id = ANY($2)",
-            None,
             &[round.into(), ids.to_vec().into()],
         )?;
         let mut out = HashMap::new();
@@ -416,23 +425,23 @@ pub fn ranked(
                 candidate_select()
             ),
             &[key.clone().into(), ids.clone().into()],
+            true,
         ),
         // Ordered by the distance alone, so that a key index serves it (ties: closed_top).
         (None, None) => crate::search::rank::closed_top(
             read,
             |limit| {
+                let mut args = vec![key.clone().into()];
+                let filter = crate::search::rank::category_filter(&categories, 2, &mut args);
                 candidates(
                     &format!(
-                        "{} WHERE $2::text[] IS NULL OR s.category::text = ANY($2) \
-                         ORDER BY k.k0 OPERATOR(skills.<#>) {} LIMIT $3",
+                        "{} {filter} ORDER BY k.k0 OPERATOR(skills.<#>) {} LIMIT {}",
                         candidate_select(),
-                        crate::key::query::with_session_breadth("$1")
+                        crate::key::query::with_session_breadth("$1"),
+                        crate::search::rank::limit_clause(limit)
                     ),
-                    &[
-                        key.clone().into(),
-                        categories.clone().into(),
-                        limit.map(|p| p as i64).into(),
-                    ],
+                    &args,
+                    true,
                 )
             },
             |c| (c.0, c.2 as f64),
@@ -480,6 +489,8 @@ pub fn ranked(
                     candidate_select()
                 ),
                 &[key.clone().into(), wanted.clone().into(), categories.into()],
+                // A primary-key lookup of the wanted ids, whatever the condition on categories.
+                true,
             );
             for (id, hash, r) in usable {
                 info.insert(id, (hash, r));

@@ -44,9 +44,20 @@ pub struct Ranked {
 
 /// Rows of a query returning (id bigint, score double precision).
 pub fn id_scores(sql: &str, args: &[DatumWithOid]) -> Vec<(i64, f64)> {
+    id_scores_of(sql, args, false)
+}
+
+/// [`id_scores`], on a plan this backend keeps when `kept` (`spi::select_kept`: for statements
+/// that plan the same whatever their arguments).
+fn id_scores_of(sql: &str, args: &[DatumWithOid], kept: bool) -> Vec<(i64, f64)> {
     crate::spi::read(|client| {
         let mut out = Vec::new();
-        for row in client.select(sql, None, args)? {
+        let rows = if kept {
+            crate::spi::select_kept(client, sql, args)?
+        } else {
+            client.select(sql, None, args)?
+        };
+        for row in rows {
             out.push((
                 row.get::<i64>(1)?.expect("NOT NULL"),
                 row.get::<f64>(2)?.expect("NOT NULL"),
@@ -216,9 +227,9 @@ fn memoised_scores(
 fn skill_tids(ids: &[i64]) -> Vec<(i64, pg_skills_kernels::bm25index::Tid)> {
     crate::spi::read(|client| {
         let mut out = Vec::new();
-        for row in client.select(
+        for row in crate::spi::select_kept(
+            client,
             "SELECT id, ctid FROM skills.skill WHERE id = ANY ($1)",
-            None,
             &[ids.to_vec().into()],
         )? {
             let tid = row
@@ -245,19 +256,18 @@ pub fn semantic(
     closed_top(
         depth,
         |limit| {
-            id_scores(
+            let mut args = vec![key.to_vec().into()];
+            let filter = category_filter(&categories, 2, &mut args);
+            id_scores_of(
                 &format!(
                     "SELECT sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) {q}))::float8 \
                      FROM skills.skill_key AS sk JOIN skills.skill AS s ON s.id = sk.skill_id \
-                     WHERE $2::text[] IS NULL OR s.category::text = ANY ($2) \
-                     ORDER BY sk.k0 OPERATOR(skills.<#>) {q} LIMIT $3",
-                    q = crate::key::query::with_session_breadth("$1")
+                     {filter} ORDER BY sk.k0 OPERATOR(skills.<#>) {q} LIMIT {limit}",
+                    q = crate::key::query::with_session_breadth("$1"),
+                    limit = limit_clause(limit)
                 ),
-                &[
-                    key.to_vec().into(),
-                    categories.clone().into(),
-                    limit.map(|d| d as i64).into(),
-                ],
+                &args,
+                true,
             )
         },
         |r| (r.0, r.1),
@@ -274,13 +284,13 @@ fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
     let flat: Vec<f32> = keys.iter().flat_map(|k| k.iter().copied()).collect();
     let mut out = vec![Vec::new(); keys.len()];
     crate::spi::read(|client| {
-        let rows = client.select(
+        let rows = crate::spi::select_kept(
+            client,
             "WITH g AS MATERIALIZED ( \
                  SELECT i, skills.key(($1::real[])[i * $3 + 1 : (i + 1) * $3]) AS q \
                  FROM generate_series(0, $4 - 1) AS i) \
              SELECT g.i, sk.skill_id, (-(sk.k0 OPERATOR(skills.<#>) g.q))::float8 \
              FROM g, skills.skill_key AS sk WHERE sk.skill_id = ANY ($2)",
-            None,
             &[
                 flat.into(),
                 ids.to_vec().into(),
@@ -298,6 +308,32 @@ fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
         Ok::<_, pgrx::spi::Error>(())
     });
     out
+}
+
+/// `WHERE s.category::text = ANY ($n)` with `categories` as argument `n` (pushed onto `args`),
+/// or nothing without categories. Two statements rather than one with `$n IS NULL OR ...`: a
+/// kept (generic) plan cannot tell that the condition is true for every row, and on a small
+/// table sorts every key by distance instead of reading the index.
+pub fn category_filter<'a>(
+    categories: &Option<Vec<String>>,
+    n: usize,
+    args: &mut Vec<DatumWithOid<'a>>,
+) -> String {
+    match categories {
+        Some(categories) => {
+            args.push(categories.clone().into());
+            format!("WHERE s.category::text = ANY (${n})")
+        }
+        None => String::new(),
+    }
+}
+
+/// `n`, or `ALL` for None: the LIMIT of a statement whose plan is kept (`spi::select_kept`)
+/// written into its text, so that its generic plan is made for that many rows (with `LIMIT $n`
+/// Postgres plans a generic plan for a tenth of the table, and on a small table sorts every key
+/// instead of reading the index). A number, never a user's text.
+pub fn limit_clause(limit: Option<usize>) -> String {
+    limit.map_or_else(|| "ALL".to_string(), |n| n.to_string())
 }
 
 /// The best `depth` rows (all: None) by score descending, ties by id, from `fetch(limit)`: rows

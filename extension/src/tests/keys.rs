@@ -181,7 +181,7 @@ mod tests {
         }
         exec("DELETE FROM key_test WHERE id % 3 = 0");
         exec("UPDATE key_test SET key = key WHERE id % 7 = 0");
-        exec("SET LOCAL pg_skills.key_probes = 10");
+        exec("SET LOCAL pg_skills.key_probes = 40");
         // Every list read: a sequential scan may cost less; these compare the index's answer.
         exec("SET LOCAL enable_seqscan = off");
         for q in &queries[..6] {
@@ -457,5 +457,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The searches' key statements run on plans the backend keeps (`spi::select_kept`): they
+    /// give the index's answer, follow the index when it is dropped and built again (Postgres
+    /// plans them anew), and leave the session's own plan_cache_mode as it was.
+    #[pg_test]
+    fn kept_key_plans_follow_the_index_and_leave_the_session_settings() {
+        own_skill_keys();
+        exec(
+            "INSERT INTO skills.skill (name, description, instructions) \
+             SELECT 'kp' || g, 'kept plan skill ' || g, 'step ' || g FROM generate_series(1, 2000) AS g",
+        );
+        exec(
+            "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
+             SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
+                    skills.key(ARRAY(SELECT ((abs(hashtext(s.id || ':' || i)) % 2001) - 1000) / 12900.0 \
+                                     FROM generate_series(1, 512) AS i)::real[]) \
+             FROM skills.skill AS s",
+        );
+        let build = || {
+            exec(
+                "CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 10)",
+            );
+            // Both tables: the statements join them, and stale counts of skills.skill (left by
+            // other tests) make any plan, kept or not, sort every key.
+            exec("ANALYZE skills.skill, skills.skill_key");
+        };
+        build();
+        exec("SET LOCAL pg_skills.key_probes = 40");
+        exec("SET LOCAL plan_cache_mode = force_custom_plan");
+        let scans =
+            || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_key_k0'::regclass)") };
+        let query: Vec<f32> = (0..512)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0)
+            .collect();
+        // Every list read: the exact nearest keys, by a statement planned as usual.
+        let exact = seqscan(|| {
+            key_ids(&format!(
+                "SELECT skill_id, -(k0 OPERATOR(skills.<#>) {q})::float8 FROM skills.skill_key \
+                 ORDER BY k0 OPERATOR(skills.<#>) {q}, skill_id LIMIT 10",
+                q = key_literal(&query)
+            ))
+        });
+        assert_eq!(exact.len(), 10);
+        // The same ids, in the same order, and the same scores (the literal and the real[]
+        // may round a value to f16 differently in its last bit).
+        let same = |got: Vec<(i64, f64)>, what: &str| {
+            assert_eq!(ids_of(&got), ids_of(&exact), "{what}");
+            for (g, e) in got.iter().zip(&exact) {
+                assert!((g.1 - e.1).abs() < 1e-3, "{what}: {g:?} against {e:?}");
+            }
+        };
+        let search = || crate::search::rank::semantic(&query, None, Some(10));
+        let before = scans();
+        same(search(), "first call");
+        assert!(scans() > before, "the kept plan scans the index");
+        assert!(crate::spi::kept_plans() >= 1);
+        same(search(), "again, on the kept plan");
+        // Dropped: the kept plan is planned again without it; rebuilt (a new relation), with it.
+        exec("DROP INDEX skills.skill_key_k0");
+        same(search(), "without the index");
+        build();
+        let before = scans();
+        same(search(), "with the rebuilt index");
+        assert!(scans() > before, "the rebuilt index is scanned");
+        let mode: String = one("SELECT current_setting('plan_cache_mode')");
+        assert_eq!(mode, "force_custom_plan");
     }
 }
