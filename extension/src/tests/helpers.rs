@@ -257,6 +257,23 @@ pub fn nearest(op: &str, q: &[f32], filter: &str, limit: usize) -> Vec<(i64, f64
     ))
 }
 
+/// `n` skills named `prefix` 1..n, each with a pseudo-random unit-ish key (their nearest keys
+/// have q·k about 0.1) and a zero embedding. Call [`own_skill_keys`] first.
+pub fn keyed_skills(prefix: &str, n: usize) {
+    exec(&format!(
+        "INSERT INTO skills.skill (name, description, instructions) \
+         SELECT {p} || g, 'keyed skill ' || g, 'step ' || g FROM generate_series(1, {n}) AS g",
+        p = quote(prefix)
+    ));
+    exec(
+        "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
+         SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
+                skills.key(ARRAY(SELECT ((abs(hashtext(s.id || ':' || i)) % 2001) - 1000) / 12900.0 \
+                                 FROM generate_series(1, 512) AS i)::real[]) \
+         FROM skills.skill AS s",
+    );
+}
+
 /// Serialises the tests that build an index on skills.skill_key. Each inserts keys (a row
 /// exclusive lock) and then builds the index (a share lock, which conflicts with the other's
 /// row exclusive lock): two at once would wait for each other, a deadlock. The skills are

@@ -465,17 +465,7 @@ mod tests {
     #[pg_test]
     fn kept_key_plans_follow_the_index_and_leave_the_session_settings() {
         own_skill_keys();
-        exec(
-            "INSERT INTO skills.skill (name, description, instructions) \
-             SELECT 'kp' || g, 'kept plan skill ' || g, 'step ' || g FROM generate_series(1, 2000) AS g",
-        );
-        exec(
-            "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
-             SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
-                    skills.key(ARRAY(SELECT ((abs(hashtext(s.id || ':' || i)) % 2001) - 1000) / 12900.0 \
-                                     FROM generate_series(1, 512) AS i)::real[]) \
-             FROM skills.skill AS s",
-        );
+        keyed_skills("kp", 2000);
         let build = || {
             exec(
                 "CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 10)",

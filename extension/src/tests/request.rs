@@ -164,18 +164,7 @@ mod tests {
     #[pg_test]
     fn build_graph_finds_the_nearest_keys_through_the_skeys_index() {
         own_skill_keys();
-        // 2,000 skills with pseudo-random unit-ish keys (their nearest keys have q·k about 0.1).
-        exec(
-            "INSERT INTO skills.skill (name, description, instructions) \
-             SELECT 'g' || g, 'graph skill ' || g, 'step ' || g FROM generate_series(1, 2000) AS g",
-        );
-        exec(
-            "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
-             SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
-                    skills.key(ARRAY(SELECT ((abs(hashtext(s.id || ':' || i)) % 2001) - 1000) / 12900.0 \
-                                     FROM generate_series(1, 512) AS i)::real[]) \
-             FROM skills.skill AS s",
-        );
+        keyed_skills("g", 2000);
         exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 40)");
         exec("ANALYZE skills.skill_key");
         // The index serves the nearest-key search: one scan per key (a tie-break by id in it
