@@ -139,11 +139,12 @@ fn last_withheld() -> Option<String> {
 pub fn serving_facts(ids: &[i64], policy: &Policy) -> HashMap<i64, (i32, Option<Withheld>)> {
     crate::spi::read(|client| {
         let mut out = HashMap::new();
-        for row in client.select(
+        // Every search runs it: on a kept plan (a primary-key lookup whatever the ids).
+        for row in crate::spi::select_kept(
+            client,
             "SELECT id, token_count, risk::text, retired_at IS NOT NULL, \
                     ARRAY(SELECT p ->> 'license' FROM jsonb_array_elements(provenance) AS p) \
              FROM skills.skill WHERE id = ANY ($1)",
-            None,
             &[ids.to_vec().into()],
         )? {
             let id = row.get::<i64>(1)?.expect("NOT NULL");

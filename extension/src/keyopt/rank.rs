@@ -109,11 +109,11 @@ fn active_round() -> Option<ActiveRound> {
 
 fn read_active_round() -> Option<ActiveRound> {
     crate::spi::read(|client| {
-        let rows = client.select(
+        let rows = crate::spi::select_kept(
+            client,
             "SELECT round, rho, mu, settings, max_event_id, \
                     coalesce((report ->> 'corrections')::boolean, false), relevance_function \
              FROM skills.keyopt_round WHERE active",
-            None,
             &[],
         )?;
         let mut out = None;
