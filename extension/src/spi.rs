@@ -171,7 +171,8 @@ thread_local! {
 
 /// Whether statements may run on kept plans: not with Citus in the database.
 pub fn plans_may_be_kept() -> bool {
-    // SAFETY: a syscache lookup on the backend's thread inside a transaction (SPI needs one).
+    // SAFETY: a catalog lookup (pg_extension by name) on the backend's thread inside a
+    // transaction (SPI needs one).
     unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) == pg_sys::InvalidOid }
 }
 
