@@ -149,19 +149,11 @@ pub fn score_unit() -> f32 {
         .unwrap_or(1.0)
 }
 
-/// (skill id, content hash, semantic score) rows of a candidate query.
-/// On a plan this backend keeps when `kept` (`spi::select_kept`).
-fn candidates(
-    sql: &str,
-    args: &[pgrx::datum::DatumWithOid],
-    kept: bool,
-) -> Vec<(i64, String, f32)> {
+/// (skill id, content hash, semantic score) rows of a candidate query, on a plan this backend
+/// keeps (`spi::select_kept`).
+fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String, f32)> {
     crate::spi::read(|client| {
-        let rows = if kept {
-            crate::spi::select_kept(client, sql, args)?
-        } else {
-            client.select(sql, None, args)?
-        };
+        let rows = crate::spi::select_kept(client, sql, args)?;
         let mut out = Vec::new();
         for row in rows {
             out.push((
@@ -425,7 +417,6 @@ pub fn ranked(
                 candidate_select()
             ),
             &[key.clone().into(), ids.clone().into()],
-            true,
         ),
         // Ordered by the distance alone, so that a key index serves it (ties: closed_top).
         (None, None) => crate::search::rank::closed_top(
@@ -441,7 +432,6 @@ pub fn ranked(
                         crate::search::rank::limit_clause(limit)
                     ),
                     &args,
-                    true,
                 )
             },
             |c| (c.0, c.2 as f64),
@@ -481,7 +471,9 @@ pub fn ranked(
             let wanted = memory::recall(&near, usize::MAX, memory::RECALL_MIN_SIMILARITY, |s| {
                 kept.contains(&s)
             });
-            // Recalled skills must have a current key and be in the requested pools.
+            // Recalled skills must have a current key and be in the requested pools. (A
+            // primary-key lookup of the wanted ids, so `$3 IS NULL OR ...` does not change its
+            // kept plan.)
             let usable = candidates(
                 &format!(
                     "{} WHERE k.skill_id = ANY($2) \
@@ -489,8 +481,6 @@ pub fn ranked(
                     candidate_select()
                 ),
                 &[key.clone().into(), wanted.clone().into(), categories.into()],
-                // A primary-key lookup of the wanted ids, whatever the condition on categories.
-                true,
             );
             for (id, hash, r) in usable {
                 info.insert(id, (hash, r));
