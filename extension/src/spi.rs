@@ -20,30 +20,45 @@ use pgrx::spi::{self, Spi, SpiClient};
 /// last (so a temporary table cannot stand in for `skills.skill` either: those are qualified).
 pub const FIXED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
 
-/// Undoes the search_path change when it goes out of scope.
-struct FixedSearchPath {
+/// Settings changed for one GUC nest level, the way a function's `SET` clause changes them, and
+/// restored when this goes out of scope.
+struct LocalSettings {
     nest_level: i32,
 }
 
-impl FixedSearchPath {
-    fn enter() -> Self {
+impl LocalSettings {
+    fn enter(settings: &[(&std::ffi::CStr, &std::ffi::CStr)]) -> Self {
         // SAFETY: GUC calls on the backend's thread inside a transaction (SPI needs one too).
         // NewGUCNestLevel opens a level that AtEOXact_GUC closes; an ERROR in between is
         // handled by the (sub)transaction abort, which closes every level opened since.
         let nest_level = unsafe { pg_sys::NewGUCNestLevel() };
-        set_fixed_search_path(pg_sys::GucAction::GUC_ACTION_SAVE);
-        FixedSearchPath { nest_level }
+        for (name, value) in settings {
+            set_setting(name, value, pg_sys::GucAction::GUC_ACTION_SAVE);
+        }
+        LocalSettings { nest_level }
     }
 }
 
-/// Sets search_path to [`FIXED_SEARCH_PATH`]: `GUC_ACTION_SAVE` for the current GUC nest level
-/// only, `GUC_ACTION_SET` for the session (what a background worker does once).
-pub fn set_fixed_search_path(action: pg_sys::GucAction::Type) {
+impl Drop for LocalSettings {
+    fn drop(&mut self) {
+        // While unwinding from an ERROR the transaction abort restores the settings; calling
+        // into the GUC machinery then is not needed and not safe.
+        if !std::thread::panicking() {
+            // SAFETY: closes the level `enter` opened, on the same thread, still in the
+            // transaction.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
+        }
+    }
+}
+
+/// Sets a user-settable GUC: `GUC_ACTION_SAVE` for the current nest level only,
+/// `GUC_ACTION_SET` for the session.
+fn set_setting(name: &std::ffi::CStr, value: &std::ffi::CStr, action: pg_sys::GucAction::Type) {
     // SAFETY: a GUC change on the backend's thread inside a transaction.
     unsafe {
         pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            FIXED_SEARCH_PATH.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr(),
             pg_sys::GucContext::PGC_USERSET,
             pg_sys::GucSource::PGC_S_SESSION,
             action,
@@ -54,21 +69,15 @@ pub fn set_fixed_search_path(action: pg_sys::GucAction::Type) {
     }
 }
 
-impl Drop for FixedSearchPath {
-    fn drop(&mut self) {
-        // While unwinding from an ERROR the transaction abort restores the setting; calling
-        // into the GUC machinery then is not needed and not safe.
-        if !std::thread::panicking() {
-            // SAFETY: closes the level `enter` opened, on the same thread, still in the
-            // transaction.
-            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
-        }
-    }
+/// Sets search_path to [`FIXED_SEARCH_PATH`]: `GUC_ACTION_SAVE` for the current GUC nest level
+/// only, `GUC_ACTION_SET` for the session (what a background worker does once).
+pub fn set_fixed_search_path(action: pg_sys::GucAction::Type) {
+    set_setting(c"search_path", FIXED_SEARCH_PATH, action);
 }
 
 /// Runs `f` (which runs SQL) with the fixed search_path.
 pub fn with_fixed_search_path<R>(f: impl FnOnce() -> R) -> R {
-    let _path = FixedSearchPath::enter();
+    let _path = LocalSettings::enter(&[(c"search_path", FIXED_SEARCH_PATH)]);
     f()
 }
 
@@ -206,44 +215,11 @@ pub fn select_kept<'conn>(
         }
     };
     // The map is not borrowed while the statement runs: a function it calls may run one too.
-    let _generic = GenericPlans::enter();
+    // Generic plans, the session's setting restored afterwards: a kept plan would otherwise be
+    // planned again for its first five calls, and then whenever a custom plan looks cheaper,
+    // which for these statements it always does by a little.
+    let _generic = LocalSettings::enter(&[(c"plan_cache_mode", c"force_generic_plan")]);
     client.select(&*plan, None, args)
-}
-
-/// `plan_cache_mode = force_generic_plan` for the statements [`select_kept`] runs, restored
-/// afterwards (a kept plan would otherwise be planned again for its first five calls, and then
-/// whenever a custom plan looks cheaper, which for these statements it always does by a little).
-struct GenericPlans {
-    nest_level: i32,
-}
-
-impl GenericPlans {
-    fn enter() -> Self {
-        // SAFETY: as in FixedSearchPath::enter.
-        let nest_level = unsafe { pg_sys::NewGUCNestLevel() };
-        unsafe {
-            pg_sys::set_config_option(
-                c"plan_cache_mode".as_ptr(),
-                c"force_generic_plan".as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-        }
-        GenericPlans { nest_level }
-    }
-}
-
-impl Drop for GenericPlans {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            // SAFETY: as in FixedSearchPath's drop.
-            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
-        }
-    }
 }
 
 /// Kept plans of this backend (tests).
