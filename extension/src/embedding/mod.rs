@@ -140,6 +140,15 @@ fn embed_query_texts(encoder: &Encoder, texts: &[&str]) -> Result<Vec<Vec<f32>>,
     embed_texts_in(encoder, texts, guc::query_precision())
 }
 
+/// Forward passes this process has run (tests count a search's passes).
+static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The encoder's forward passes in this process so far.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn passes_run() -> u64 {
+    PASSES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn embed_texts_in(
     encoder: &Encoder,
     texts: &[&str],
@@ -158,6 +167,7 @@ fn embed_texts_in(
         pg_skills_kernels::encoder::BATCH_SIZE,
         precision,
         &mut |_| {
+            PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             pg_sys::check_for_interrupts!();
         },
     )

@@ -20,6 +20,17 @@ pub const PART_POOL: usize = 10;
 /// The parts of `query` worth covering, each with its key; empty when the request has one part
 /// or covering is off.
 pub fn part_keys(query: &str) -> Vec<(String, Vec<f32>)> {
+    let parts = part_texts(query);
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let texts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let keys = crate::embedding::query_keys_of(&texts);
+    parts.into_iter().zip(keys).collect()
+}
+
+/// The parts of `query` worth covering (see [`part_keys`]), without their keys.
+pub fn part_texts(query: &str) -> Vec<String> {
     if !crate::guc::COVER_REQUEST_PARTS.get() {
         return Vec::new();
     }
@@ -27,9 +38,7 @@ pub fn part_keys(query: &str) -> Vec<(String, Vec<f32>)> {
     if parts.len() < 2 {
         return Vec::new();
     }
-    let texts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    let keys = crate::embedding::query_keys_of(&texts);
-    parts.into_iter().zip(keys).collect()
+    parts
 }
 
 /// The ranking of request `query` (key `key`) covering its `parts` (text and key; see the

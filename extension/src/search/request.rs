@@ -83,9 +83,24 @@ impl Request {
     }
 
     /// The query key q (the encoder runs once per request).
+    ///
+    /// For the methods that cover a request's parts (`parts`), the parts are encoded in the same
+    /// pass and kept in the backend's query-key cache, where the ranking finds them: one pass
+    /// reads the model's weights once, where a second pass for the parts read them again.
     pub fn key(&mut self) -> Vec<f32> {
         if self.key.is_none() {
-            self.key = Some(query_key_values(&self.query));
+            let parts = match self.method {
+                Method::Semantic | Method::KeyOpt => super::parts::part_texts(&self.query),
+                _ => Vec::new(),
+            };
+            self.key = Some(if parts.is_empty() {
+                query_key_values(&self.query)
+            } else {
+                let texts: Vec<&str> = std::iter::once(self.query.as_str())
+                    .chain(parts.iter().map(String::as_str))
+                    .collect();
+                crate::embedding::query_keys_of(&texts).swap_remove(0)
+            });
         }
         self.key.clone().expect("set above")
     }

@@ -234,6 +234,33 @@ mod tests {
         }
     }
 
+    /// A request of several parts is encoded in one forward pass with its parts (the model's
+    /// weights read once, not once for the request and again for the parts); the ranking then
+    /// finds the parts' keys in the backend's cache.
+    #[pg_test]
+    fn a_request_and_its_parts_are_encoded_in_one_pass() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        for method in ["semantic", "keyopt"] {
+            let request = format!(
+                "Bisect the commit that broke the {method} build last night. \
+                 Then write the release notes for the new version."
+            );
+            let parts = pg_skills_kernels::needs::parts(&request);
+            assert_eq!(parts.len(), 2, "{parts:?}");
+            let before = crate::embedding::passes_run();
+            let rows = search(&format!("'{request}', k => 3, method => '{method}'"));
+            assert!(!rows.is_empty(), "{method} served nothing");
+            assert_eq!(crate::embedding::passes_run() - before, 1, "{method}");
+            for part in &parts {
+                assert!(crate::embedding::query_key_cached(part), "{part}");
+            }
+        }
+    }
+
     #[pg_test]
     fn hybrid_is_reciprocal_rank_fusion_of_bm25_and_semantic() {
         if !have_model() {
