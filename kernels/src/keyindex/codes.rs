@@ -24,9 +24,14 @@ use crate::rng::SplitMix64;
 /// dimensions, and small keys are cheap to compare exactly.
 pub const MIN_CODED_DIM: usize = 64;
 
-/// How many standard errors the bound allows. The estimator's error is sub-Gaussian, so at 5
-/// a bound fails for about one entry in a few million; a failure only reorders that entry.
-pub const CONFIDENCE: f32 = 5.0;
+/// How many standard errors the bound allows. The estimator's error is sub-Gaussian: at 3 a
+/// bound fails for about one entry in a few hundred to a thousand, and a failure only delays
+/// that entry behind farther ones, so it is missed only when it also lies at the LIMIT's cut.
+/// On 1,000 real MiniLM queries over 100,000 and 300,000 real keys (`key_scan`), 3 returned the
+/// same top 10 as 5 to within one row in 10,000, and read a quarter of the keys 5 read: wider
+/// bounds leave more entries that might still be among the nearest, and a scan that meets many
+/// reads every key of its lists (`search::Batch::pop`).
+pub const CONFIDENCE: f32 = 3.0;
 
 /// The four f32 factors after the sign bits: `|r|²/Σ|Pr|ᵢ`, the error scale, `c·r`, `|r|²`.
 const FACTORS: usize = 4;
@@ -375,11 +380,11 @@ mod tests {
         assert_eq!(masked_sum(&[0; 8], &x), 0.0);
     }
 
-    /// Every exact distance lies between its bounds, for every metric, on clustered keys and
-    /// queries (the shape of real keys) and on keys far from their centroid; and the bounds are
-    /// tight enough to leave most entries unread.
+    /// An exact distance lies between its bounds but for a few entries in a thousand, for
+    /// every metric, on clustered keys and queries (the shape of real keys) and on keys far
+    /// from their centroid; and the bounds are tight enough to leave most entries unread.
     #[test]
-    fn bounds_hold_and_are_tight() {
+    fn bounds_seldom_fail_and_are_tight() {
         let dim = 512;
         let c = centres(16, dim, 5);
         let keys = crate::keyindex::tests::to_f16(&clustered(&c, dim, 3000, 6));
@@ -422,7 +427,13 @@ mod tests {
                         .count();
                 }
             }
-            assert_eq!(below, total, "{metric:?}: every pair of bounds holds");
+            // At CONFIDENCE standard errors a bound fails for a few entries in a thousand.
+            let failed = total - below;
+            eprintln!("{metric:?}: {failed} of {total} bounds failed");
+            assert!(
+                failed * 200 <= total,
+                "{metric:?}: at most one pair of bounds in 200 fails ({failed} of {total})"
+            );
             assert!(
                 pruned * 2 > total,
                 "{metric:?}: most entries are ruled out by their bound ({pruned} of {total})"
