@@ -209,6 +209,13 @@ pub struct Batch {
     /// max-heap), and whether the first pop has weighed them.
     estimates: BinaryHeap<Distance>,
     weighed: bool,
+    /// The EXPECTED_ROWS smallest upper bounds of pending entries (a max-heap): no entry whose
+    /// lower bound lies past the largest of them is among the first EXPECTED_ROWS rows.
+    uppers: BinaryHeap<Distance>,
+    /// Whether the entries the first rows may need were read (see [`Batch::walk`]), and
+    /// `resolved` then: reading keys one page at a time counts again from there.
+    near_walked: bool,
+    resolved_before_walk: usize,
     /// Exact distances computed while reading lists (an index without codes).
     pub exact: usize,
     /// Exact distances computed for pending entries.
@@ -369,7 +376,7 @@ impl Batch {
                 return true;
             }
         }
-        self.resolved >= enough
+        self.resolved - self.resolved_before_walk >= enough
     }
 
     /// Adds an entry with the bounds its code gives.
@@ -382,12 +389,90 @@ impl Batch {
             self.estimates.pop();
             self.estimates.push(Distance(estimate));
         }
+        if self.uppers.len() < EXPECTED_ROWS {
+            self.uppers.push(Distance(upper));
+        } else if self.uppers.peek().is_some_and(|d| upper < d.0) {
+            self.uppers.pop();
+            self.uppers.push(Distance(upper));
+        }
         self.add(Item::pending(lower, tid, key));
+    }
+
+    /// Computes exact distances in a row. The first time, those of the pending entries whose
+    /// lower bound is at most the EXPECTED_ROWS-th smallest upper bound (the only ones the
+    /// first EXPECTED_ROWS rows can be), reading each of their key pages once: with many
+    /// near-equal keys at a LIMIT 10's cut these are a hundred or two of a thousand or more.
+    /// After that (a scan that wants more rows), every entry still pending, reading the key
+    /// pages of the lists in a row.
+    fn walk<S: PageRead>(
+        &mut self,
+        store: &S,
+        meta: &Meta,
+        query: &WideQuery,
+    ) -> Result<(), Corrupt> {
+        if !self.near_walked {
+            self.near_walked = true;
+            self.resolved_before_walk = self.resolved;
+            if self.uppers.len() >= EXPECTED_ROWS {
+                let cut = self.uppers.peek().map_or(f64::INFINITY, |d| d.0);
+                return self.walk_near(store, meta, query, cut);
+            }
+        }
+        self.walk_lists(store, meta, query)
+    }
+
+    /// Computes the exact distance of every pending entry whose lower bound is at most `cut`,
+    /// reading each key page they name once (in block order). An entry whose key is no longer
+    /// on its page goes, as in [`Batch::pop`].
+    fn walk_near<S: PageRead>(
+        &mut self,
+        store: &S,
+        meta: &Meta,
+        query: &WideQuery,
+        cut: f64,
+    ) -> Result<(), Corrupt> {
+        let (mut near, mut items): (Vec<Item>, Vec<Item>) = std::mem::take(&mut self.heap)
+            .into_vec()
+            .into_iter()
+            .chain(self.rest.drain(..))
+            .partition(|i| i.exact == 0 && i.value <= cut);
+        near.sort_unstable_by_key(|i| (i.key.block, i.key.slot));
+        let mut at = 0;
+        while at < near.len() {
+            let block = near[at].key.block;
+            let end = at + near[at..].partition_point(|i| i.key.block == block);
+            let block = meta.list_block(store, block, "the key page a code names")?;
+            let page = store.read(block);
+            for item in &near[at..end] {
+                let found = distance_on_page(
+                    &page,
+                    meta,
+                    item.tid,
+                    item.key.slot,
+                    query,
+                    &mut self.scratch,
+                )
+                .in_block(block)?;
+                if let Some(distance) = found {
+                    self.walked += 1;
+                    items.push(Item::exact(Candidate {
+                        distance,
+                        tid: item.tid,
+                    }));
+                }
+            }
+            at = end;
+        }
+        self.rest.clear();
+        self.edge = None;
+        self.sorted = false;
+        self.heap = BinaryHeap::from(items);
+        Ok(())
     }
 
     /// Computes the exact distance of every entry still pending by reading the key pages of
     /// the lists in a row.
-    fn walk<S: PageRead>(
+    fn walk_lists<S: PageRead>(
         &mut self,
         store: &S,
         meta: &Meta,
