@@ -109,6 +109,53 @@ fn read_f32(path: &Path) -> Option<Vec<f32>> {
     )
 }
 
+// The command-line options of `key_bench` and `key_scan` that say where real keys come from
+// (a plain comment: clap would show a doc comment as the benchmark's own description).
+#[derive(clap::Args, Debug)]
+pub struct RealKeySource {
+    /// The shared data folder (real data: MetaTool and the skill corpus).
+    #[arg(long, default_value = "../shared")]
+    pub shared: std::path::PathBuf,
+    #[arg(long, default_value = pg_skills_kernels::encoder::DEFAULT_MODEL_DIR)]
+    pub model: std::path::PathBuf,
+    /// Where the encoded real keys are cached.
+    #[arg(long, default_value = "/var/cache/pg_skills/real-keys")]
+    pub real_cache: std::path::PathBuf,
+    /// Corpus passages among the real keys, at most.
+    #[arg(long, default_value_t = 40000)]
+    pub max_passages: usize,
+}
+
+impl RealKeySource {
+    /// (keys, queries) as [`real_keys`] gives them.
+    pub fn load(&self) -> (Vec<f32>, Vec<f32>) {
+        real_keys(
+            &self.shared,
+            &self.model,
+            &self.real_cache,
+            self.max_passages,
+        )
+    }
+}
+
+/// Indices of the `k` largest scores, largest first (ties by index): exact search's answer.
+pub fn top_k(scores: &[f32], k: usize) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..scores.len() as u32).collect();
+    let k = k.min(idx.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    let order = |a: &u32, b: &u32| {
+        scores[*b as usize]
+            .total_cmp(&scores[*a as usize])
+            .then(a.cmp(b))
+    };
+    idx.select_nth_unstable_by(k - 1, order);
+    idx.truncate(k);
+    idx.sort_by(order);
+    idx
+}
+
 /// (keys, queries), rows of [`DIM`] values: from `cache` when both files are there, else encoded
 /// (and cached).
 pub fn real_keys(

@@ -25,7 +25,7 @@ use half::f16;
 use postgres::{Client, NoTls};
 use rayon::prelude::*;
 
-use pg_skills_benches::real_keys::{real_keys, with_replicas};
+use pg_skills_benches::real_keys::{top_k, with_replicas, RealKeySource};
 use pg_skills_benches::timing::{latencies_ms, pgbench};
 use pg_skills_kernels::synthetic::{centres, clustered};
 use pg_skills_kernels::vector::{dot_batch, dot_batch_f16};
@@ -59,17 +59,8 @@ struct Args {
     /// synthetic (clustered) or real (MiniLM keys of real text).
     #[arg(long, default_value = "synthetic")]
     data: String,
-    /// The shared data folder (real data: MetaTool and the skill corpus).
-    #[arg(long, default_value = "../shared")]
-    shared: std::path::PathBuf,
-    #[arg(long, default_value = pg_skills_kernels::encoder::DEFAULT_MODEL_DIR)]
-    model: std::path::PathBuf,
-    /// Where the encoded real keys are cached.
-    #[arg(long, default_value = "/var/cache/pg_skills/real-keys")]
-    real_cache: std::path::PathBuf,
-    /// Corpus passages among the real keys, at most.
-    #[arg(long, default_value_t = 40000)]
-    max_passages: usize,
+    #[command(flatten)]
+    real: RealKeySource,
     /// skeys lists (0: the index's default, √N).
     #[arg(long, default_value_t = 0)]
     lists: u32,
@@ -79,24 +70,6 @@ struct Args {
     /// pgvector IVFFlat probes values (none: no IVFFlat peer).
     #[arg(long, value_delimiter = ',')]
     pgvector_probes: Vec<u32>,
-}
-
-/// Indices of the 10 largest scores (ties by index).
-fn top10(scores: &[f32]) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..scores.len() as u32).collect();
-    let k = 10.min(idx.len());
-    idx.select_nth_unstable_by(k - 1, |&a, &b| {
-        scores[b as usize]
-            .total_cmp(&scores[a as usize])
-            .then(a.cmp(&b))
-    });
-    idx.truncate(k);
-    idx.sort_by(|&a, &b| {
-        scores[b as usize]
-            .total_cmp(&scores[a as usize])
-            .then(a.cmp(&b))
-    });
-    idx
 }
 
 fn recall(truth: &[Vec<u32>], got: &[Vec<u32>]) -> f64 {
@@ -316,12 +289,7 @@ fn main() {
         eprintln!("== {n} keys");
         let t = Instant::now();
         let (data, queries) = if args.data == "real" {
-            let (keys, queries) = real_keys(
-                &args.shared,
-                &args.model,
-                &args.real_cache,
-                args.max_passages,
-            );
+            let (keys, queries) = args.real.load();
             let nq = args.queries.min(queries.len() / DIM);
             eprintln!(
                 "real keys: {} (replicated to {n}), {nq} queries",
@@ -342,7 +310,7 @@ fn main() {
             .map(|q| {
                 let mut s = vec![0f32; n];
                 dot_batch(q, &data, &mut s);
-                top10(&s)
+                top_k(&s, 10)
             })
             .collect();
         eprintln!(
@@ -359,7 +327,7 @@ fn main() {
             .take(exact_runs)
             .map(|q| {
                 dot_batch_f16(q, &data16, &mut scores);
-                top10(&scores)
+                top_k(&scores, 10)
             })
             .collect();
         let exact_qps = exact_runs as f64 / t.elapsed().as_secs_f64();

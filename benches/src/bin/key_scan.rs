@@ -10,8 +10,8 @@ use std::time::Instant;
 use clap::Parser;
 use half::f16;
 
-use pg_skills_benches::real_keys::{real_keys, with_replicas};
-use pg_skills_kernels::keyindex::search::{scan_list, Batch};
+use pg_skills_benches::real_keys::{top_k, with_replicas, RealKeySource};
+use pg_skills_kernels::keyindex::search::search_counted;
 use pg_skills_kernels::keyindex::{initialize, BulkLoader, Centroids, Metric};
 use pg_skills_kernels::kmeans;
 use pg_skills_kernels::layout::Tid;
@@ -31,14 +31,8 @@ struct Args {
     /// Rows each query takes (a LIMIT).
     #[arg(long, default_value_t = 10)]
     limit: usize,
-    #[arg(long, default_value = "../shared")]
-    shared: std::path::PathBuf,
-    #[arg(long, default_value = pg_skills_kernels::encoder::DEFAULT_MODEL_DIR)]
-    model: std::path::PathBuf,
-    #[arg(long, default_value = "/var/cache/pg_skills/real-keys")]
-    real_cache: std::path::PathBuf,
-    #[arg(long, default_value_t = 40000)]
-    max_passages: usize,
+    #[command(flatten)]
+    real: RealKeySource,
     /// Lists (0: 4·√N, the index's default).
     #[arg(long, default_value_t = 0)]
     lists: usize,
@@ -53,12 +47,7 @@ fn tid(i: u32) -> Tid {
 
 fn main() {
     let args = Args::parse();
-    let (keys, queries) = real_keys(
-        &args.shared,
-        &args.model,
-        &args.real_cache,
-        args.max_passages,
-    );
+    let (keys, queries) = args.real.load();
     let keys = with_replicas(&keys, args.size, 4);
     let nq = args.queries.min(queries.len() / DIM);
     let queries = &queries[..nq * DIM];
@@ -108,12 +97,7 @@ fn main() {
         .map(|q| {
             let mut scores = vec![0f32; n];
             dot_batch(q, &keys, &mut scores);
-            let mut idx: Vec<u32> = (0..n as u32).collect();
-            idx.select_nth_unstable_by(args.limit - 1, |&a, &b| {
-                scores[b as usize].total_cmp(&scores[a as usize])
-            });
-            idx.truncate(args.limit);
-            idx.into_iter().collect()
+            top_k(&scores, args.limit).into_iter().collect()
         })
         .collect();
 
@@ -126,30 +110,8 @@ fn main() {
             for (qi, q) in queries.chunks_exact(DIM).enumerate() {
                 let q16: Vec<f16> = q.iter().map(|&x| f16::from_f32(x)).collect();
                 let t = Instant::now();
-                let query = pg_skills_kernels::vector::WideQuery::new(&q16);
-                let coded = centroids.coded_query(&query);
-                let mut batch = Batch::default();
-                let mut order = centroids.probe_order(&query);
-                let end = probes.min(order.len());
-                for &list in order.lists(0, end) {
-                    scan_list(
-                        &store,
-                        &meta,
-                        &centroids,
-                        list,
-                        &query,
-                        coded.as_ref(),
-                        &mut batch,
-                    )
-                    .unwrap();
-                }
-                let mut out = Vec::new();
-                while out.len() < args.limit {
-                    match batch.pop(&store, &meta, &query).unwrap() {
-                        Some(c) => out.push(c),
-                        None => break,
-                    }
-                }
+                let (out, batch) =
+                    search_counted(&store, &meta, &centroids, &q16, probes, args.limit).unwrap();
                 times.push(t.elapsed().as_secs_f64() * 1e3);
                 pending += batch.pending;
                 resolved += batch.resolved;

@@ -312,6 +312,17 @@ impl Ord for Distance {
     }
 }
 
+/// Adds `value` to `heap` (a max-heap) while it holds fewer than EXPECTED_ROWS values, else in
+/// place of its largest when smaller: the heap keeps the EXPECTED_ROWS smallest values seen.
+fn keep_smallest(heap: &mut BinaryHeap<Distance>, value: f64) {
+    if heap.len() < EXPECTED_ROWS {
+        heap.push(Distance(value));
+    } else if heap.peek().is_some_and(|d| value < d.0) {
+        heap.pop();
+        heap.push(Distance(value));
+    }
+}
+
 impl Batch {
     pub fn is_empty(&self) -> bool {
         self.rest.is_empty() && self.heap.is_empty()
@@ -382,20 +393,18 @@ impl Batch {
     /// Adds an entry with the bounds its code gives.
     fn add_pending(&mut self, (lower, upper): (f64, f64), tid: Tid, key: Place) {
         self.pending += 1;
-        let estimate = (lower + upper) / 2.0;
-        if self.estimates.len() < EXPECTED_ROWS {
-            self.estimates.push(Distance(estimate));
-        } else if self.estimates.peek().is_some_and(|d| estimate < d.0) {
-            self.estimates.pop();
-            self.estimates.push(Distance(estimate));
-        }
-        if self.uppers.len() < EXPECTED_ROWS {
-            self.uppers.push(Distance(upper));
-        } else if self.uppers.peek().is_some_and(|d| upper < d.0) {
-            self.uppers.pop();
-            self.uppers.push(Distance(upper));
-        }
+        keep_smallest(&mut self.estimates, (lower + upper) / 2.0);
+        keep_smallest(&mut self.uppers, upper);
         self.add(Item::pending(lower, tid, key));
+    }
+
+    /// Makes `items`, every one exact, the batch's candidates: one heap of them all, as the
+    /// scan before codes made.
+    fn hold_exact(&mut self, items: Vec<Item>) {
+        self.rest.clear();
+        self.edge = None;
+        self.sorted = false;
+        self.heap = BinaryHeap::from(items);
     }
 
     /// Computes exact distances in a row. The first time, those of the pending entries whose
@@ -463,10 +472,7 @@ impl Batch {
             }
             at = end;
         }
-        self.rest.clear();
-        self.edge = None;
-        self.sorted = false;
-        self.heap = BinaryHeap::from(items);
+        self.hold_exact(items);
         Ok(())
     }
 
@@ -517,11 +523,8 @@ impl Batch {
         }
         self.walked += walked;
         // Pending entries not found have no key (see `pop`): they go. Every candidate left is
-        // exact now: one heap of them all, as the scan before codes made.
-        self.rest.clear();
-        self.edge = None;
-        self.sorted = false;
-        self.heap = BinaryHeap::from(items);
+        // exact now.
+        self.hold_exact(items);
         Ok(())
     }
 
@@ -626,6 +629,18 @@ pub fn search<S: PageRead>(
     probes: usize,
     k: usize,
 ) -> Result<Vec<Candidate>, Corrupt> {
+    search_counted(store, meta, centroids, query, probes, k).map(|(rows, _)| rows)
+}
+
+/// [`search`], with the batch it drew from (its counters say what the scan read).
+pub fn search_counted<S: PageRead>(
+    store: &S,
+    meta: &Meta,
+    centroids: &Centroids,
+    query: &[f16],
+    probes: usize,
+    k: usize,
+) -> Result<(Vec<Candidate>, Batch), Corrupt> {
     centroids.check_dim(meta, query)?;
     let query = WideQuery::new(query);
     let coded = centroids.coded_query(&query);
@@ -650,5 +665,5 @@ pub fn search<S: PageRead>(
             None => break,
         }
     }
-    Ok(out)
+    Ok((out, batch))
 }
