@@ -63,7 +63,7 @@ pub fn search(sql_args: &str) -> Vec<(i64, f64)> {
 /// that lock while it waits for the table, and a test that locked the table first and then
 /// loaded waited for the loader's lock (a deadlock seen in CI).
 pub fn without_index() {
-    exec("SELECT pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'))");
+    loader_lock();
     exec("LOCK TABLE skills.skill IN ACCESS EXCLUSIVE MODE");
     exec("DROP INDEX skills.skill_bm25");
 }
@@ -72,7 +72,7 @@ pub fn without_index() {
 /// The loader's lock first (skills.merge_duplicate_skills takes it; a concurrent
 /// apply_staging holds it and then waits for the table), then the table's.
 pub fn without_content_hash_constraint() {
-    exec("SELECT pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'))");
+    loader_lock();
     exec("ALTER TABLE skills.skill DROP CONSTRAINT skill_content_hash_unique");
 }
 
@@ -105,7 +105,30 @@ pub fn stage<S: AsRef<str>>(rows: &[(S, S, S)]) {
     }
 }
 
+/// The loader's lock, which `skills.apply_staging` takes first. A test that touches
+/// skills.skill before it loads must take it before that touch: a concurrent test holding it
+/// and locking the table (as [`without_index`] does) would otherwise wait for this test's table
+/// lock while this test's load waits for its lock, a deadlock (seen in CI).
+pub fn loader_lock() {
+    exec("SELECT pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'))");
+}
+
+/// Whether this transaction took skills.skill's lock before the loader's lock: the order
+/// that can deadlock against a concurrent test, see [`loader_lock`].
+fn table_locked_before_loader() -> bool {
+    one(
+        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'relation'
+                          AND relation = 'skills.skill'::regclass)
+            AND NOT EXISTS (SELECT FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+                              AND ((classid::bigint << 32) | objid::bigint) = hashtext('pg_skills.apply_staging'))",
+    )
+}
+
 pub fn apply() -> (i64, i64, i64, i64) {
+    assert!(
+        !table_locked_before_loader(),
+        "this test touched skills.skill before its first load: call loader_lock() first"
+    );
     Spi::connect(|c| {
         let r = c
             .select("SELECT * FROM skills.apply_staging()", None, &[])
