@@ -16,12 +16,14 @@ use std::sync::OnceLock;
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use gemm::Parallelism;
-use rayon::prelude::*;
 
 use super::bf16_tiles::{self, TiledWeight};
 use super::fastmath::{gelu_in_place, layer_norm_rows, softmax_rows};
 use super::int16_rows::{self, QuantizedWeight};
-use super::Precision;
+use super::{team, Precision};
+
+/// Rows per task of the element-wise steps (GELU, layer norms) between a pass's products.
+const ROWS_PER_TASK: usize = 4;
 
 /// The shape of the model, from its config.json; only what this forward pass supports loads.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,25 +230,19 @@ impl Bert {
             layer
                 .attention_out
                 .apply(&context, rows, &mut attended, Some(&x), precision);
-            layer_norm_rows(
-                &mut attended,
-                &layer.attention_norm.gamma,
-                &layer.attention_norm.beta,
-                self.shape.layer_norm_eps,
-            );
+            self.norm_rows(&mut attended, &layer.attention_norm);
             layer
                 .intermediate
                 .apply(&attended, rows, &mut wide, None, precision);
-            gelu_in_place(&mut wide);
+            team::for_each_chunk(
+                &mut wide,
+                ROWS_PER_TASK * self.shape.intermediate,
+                gelu_in_place,
+            );
             layer
                 .output
                 .apply(&wide, rows, &mut x, Some(&attended), precision);
-            layer_norm_rows(
-                &mut x,
-                &layer.output_norm.gamma,
-                &layer.output_norm.beta,
-                self.shape.layer_norm_eps,
-            );
+            self.norm_rows(&mut x, &layer.output_norm);
         }
         Ok(batch
             .iter()
@@ -263,6 +259,14 @@ impl Bert {
                 mean
             })
             .collect())
+    }
+
+    /// Each hidden-state row of `x` layer-normalised by `norm`, rows in parallel.
+    fn norm_rows(&self, x: &mut [f32], norm: &LayerNorm) {
+        let (h, eps) = (self.shape.hidden, self.shape.layer_norm_eps);
+        team::for_each_chunk(x, ROWS_PER_TASK * h, |rows| {
+            layer_norm_rows(rows, &norm.gamma, &norm.beta, eps)
+        });
     }
 
     /// Word + position (restarting at 0 for each text) + token type 0, layer-normalised.
@@ -299,9 +303,8 @@ impl Bert {
         let scale = 1.0 / (d as f32).sqrt();
         let out = SharedRows(context.as_mut_ptr());
         let stride = 3 * h;
-        (0..batch.len() * heads).into_par_iter().for_each_init(
-            Vec::new,
-            |scores: &mut Vec<f32>, task| {
+        super::team::for_each(batch.len() * heads, |task| {
+            SCORES.with_borrow_mut(|scores| {
                 let (text, head) = (task / heads, task % heads);
                 let len = batch[text].len();
                 if len == 0 {
@@ -366,9 +369,14 @@ impl Bert {
                         Parallelism::None,
                     );
                 }
-            },
-        );
+            })
+        });
     }
+}
+
+thread_local! {
+    /// An attention task's len × len scores, kept for the thread's next task.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// An output buffer shared by parallel tasks that write disjoint elements of it: the context of
@@ -410,6 +418,21 @@ impl Dense {
             .as_ref()
     }
 
+    /// Fills each row of `out` with the bias (+ the residual's row): what a product adds to.
+    fn start(&self, out: &mut [f32], residual: Option<&[f32]>) {
+        for (i, row) in out.chunks_exact_mut(self.outputs).enumerate() {
+            row.copy_from_slice(&self.bias);
+            if let Some(residual) = residual {
+                for (o, r) in row
+                    .iter_mut()
+                    .zip(&residual[i * self.outputs..][..self.outputs])
+                {
+                    *o += r;
+                }
+            }
+        }
+    }
+
     /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads. A few
     /// rows (one query) go through [`super::few_rows`], which reads W as stored, or with
     /// [`Precision::Bf16`] through [`bf16_tiles`] (any number of rows) and with
@@ -425,19 +448,11 @@ impl Dense {
     ) {
         assert_eq!(input.len(), rows * self.inputs);
         assert_eq!(out.len(), rows * self.outputs);
-        for (i, row) in out.chunks_exact_mut(self.outputs).enumerate() {
-            row.copy_from_slice(&self.bias);
-            if let Some(residual) = residual {
-                for (o, r) in row
-                    .iter_mut()
-                    .zip(&residual[i * self.outputs..][..self.outputs])
-                {
-                    *o += r;
-                }
-            }
-        }
+        let mut started = false;
         if precision == Precision::Bf16 {
             if let Some(tiled) = self.tiled() {
+                self.start(out, residual);
+                started = true;
                 // Any number of rows: a batch of documents in bfloat16 too.
                 if bf16_tiles::product(input, rows, tiled, usize::MAX, out) {
                     return;
@@ -446,10 +461,19 @@ impl Dense {
         }
         if precision != Precision::F32 {
             if let Some(quantized) = self.quantized() {
-                if int16_rows::product(input, rows, quantized, super::few_rows::MAX_ROWS, out) {
+                // Each of its tasks starts its own columns from the bias and residual.
+                let start = int16_rows::Start {
+                    bias: &self.bias,
+                    residual,
+                };
+                let max_rows = super::few_rows::MAX_ROWS;
+                if int16_rows::product(input, rows, quantized, max_rows, Some(&start), out) {
                     return;
                 }
             }
+        }
+        if !started {
+            self.start(out, residual);
         }
         if super::few_rows::product(input, rows, &self.weight, self.inputs, self.outputs, out) {
             return;

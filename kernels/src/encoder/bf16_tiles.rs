@@ -131,18 +131,16 @@ pub fn product(
         // Tasks of ROW_CHUNK rows × one block of outputs, the blocks of a chunk one after the
         // other: a thread keeps the chunk's inputs in its cache while the weights stream.
         let blocks = outputs.div_ceil(BLOCK_OUTPUTS);
-        (0..rows.div_ceil(ROW_CHUNK) * blocks)
-            .into_par_iter()
-            .for_each(|task| {
-                let (chunk, block) = (task / blocks, task % blocks);
-                let first = chunk * ROW_CHUNK;
-                let chunk_rows = first..(first + ROW_CHUNK).min(rows);
-                // SAFETY: the tile state is granted and the CPU has AMX-BF16 (available());
-                // `x` holds padded_rows × stride values and the packing whole blocks of
-                // `steps` tiles; this task writes only its rows of the block's columns of `out`
-                // (rows × outputs), which no other task writes, and `out` outlives the loop.
-                unsafe { tiles::add_block(x, chunk_rows, weight, block, shared.at(0)) };
-            });
+        super::team::for_each(rows.div_ceil(ROW_CHUNK) * blocks, |task| {
+            let (chunk, block) = (task / blocks, task % blocks);
+            let first = chunk * ROW_CHUNK;
+            let chunk_rows = first..(first + ROW_CHUNK).min(rows);
+            // SAFETY: the tile state is granted and the CPU has AMX-BF16 (available());
+            // `x` holds padded_rows × stride values and the packing whole blocks of
+            // `steps` tiles; this task writes only its rows of the block's columns of `out`
+            // (rows × outputs), which no other task writes, and `out` outlives the loop.
+            unsafe { tiles::add_block(x, chunk_rows, weight, block, shared.at(0)) };
+        });
         true
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]

@@ -37,7 +37,6 @@ pub fn product(
     #[cfg(target_arch = "x86_64")]
     {
         use super::bert::SharedRows;
-        use rayon::prelude::*;
         if rows == 0
             || rows > MAX_ROWS
             || !inputs.is_multiple_of(8)
@@ -46,26 +45,24 @@ pub fn product(
             return false;
         }
         let shared = SharedRows(out.as_mut_ptr());
-        (0..outputs.div_ceil(OUTPUTS_PER_TASK))
-            .into_par_iter()
-            .for_each(|task| {
-                let first = task * OUTPUTS_PER_TASK;
-                let last = (first + OUTPUTS_PER_TASK).min(outputs);
-                // SAFETY: the CPU has AVX2 and FMA (checked above); lengths are asserted above;
-                // this task writes only columns first..last of `out`, which no other task
-                // writes, and `out` outlives the parallel loop.
-                unsafe {
-                    avx2::columns(
-                        input,
-                        rows,
-                        weight,
-                        inputs,
-                        outputs,
-                        first..last,
-                        shared.at(0),
-                    )
-                };
-            });
+        super::team::for_each(outputs.div_ceil(OUTPUTS_PER_TASK), |task| {
+            let first = task * OUTPUTS_PER_TASK;
+            let last = (first + OUTPUTS_PER_TASK).min(outputs);
+            // SAFETY: the CPU has AVX2 and FMA (checked above); lengths are asserted above;
+            // this task writes only columns first..last of `out`, which no other task
+            // writes, and `out` outlives the parallel loop.
+            unsafe {
+                avx2::columns(
+                    input,
+                    rows,
+                    weight,
+                    inputs,
+                    outputs,
+                    first..last,
+                    shared.at(0),
+                )
+            };
+        });
         true
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -140,8 +140,19 @@ pub fn available() -> bool {
     kernel().is_some()
 }
 
-/// out[r][o] += Σ_k input[r][k]·weight[o][k] for `rows` rows, on rayon's threads; `out` already
-/// holds what is added to. Returns false, having done nothing, where the CPU has neither kernel
+/// What a product's outputs start from when the product writes them whole: out[r][o] =
+/// bias[o] + residual[r][o] + Σ_k …, the sum added last as when `out` is filled first. Each
+/// parallel task then starts its own columns: filled beforehand by one thread, they had to move
+/// to the other core's cache first.
+pub struct Start<'a> {
+    pub bias: &'a [f32],
+    /// rows × outputs, or none.
+    pub residual: Option<&'a [f32]>,
+}
+
+/// out[r][o] += Σ_k input[r][k]·weight[o][k] for `rows` rows, in parallel
+/// ([`super::team::for_each`]); `out` already holds what is added to, or with `start` is
+/// written whole from it. Returns false, having done nothing, where the CPU has neither kernel
 /// or the product is not one this path takes (more than `max_rows` rows, an input that is not
 /// finite).
 pub fn product(
@@ -149,10 +160,11 @@ pub fn product(
     rows: usize,
     weight: &QuantizedWeight,
     max_rows: usize,
+    start: Option<&Start>,
     out: &mut [f32],
 ) -> bool {
     match kernel() {
-        Some(kernel) => product_on(kernel, input, rows, weight, max_rows, out),
+        Some(kernel) => product_on(kernel, input, rows, weight, max_rows, start, out),
         None => false,
     }
 }
@@ -164,11 +176,16 @@ fn product_on(
     rows: usize,
     weight: &QuantizedWeight,
     max_rows: usize,
+    start: Option<&Start>,
     out: &mut [f32],
 ) -> bool {
     let (inputs, outputs) = (weight.inputs, weight.outputs);
     assert_eq!(input.len(), rows * inputs);
     assert_eq!(out.len(), rows * outputs);
+    if let Some(start) = start {
+        assert_eq!(start.bias.len(), outputs);
+        assert!(start.residual.is_none_or(|r| r.len() == rows * outputs));
+    }
     if rows == 0 || rows > max_rows || !kernel.runs_here() {
         return false;
     }
@@ -195,22 +212,20 @@ fn product_on(
     #[cfg(target_arch = "x86_64")]
     {
         use super::bert::SharedRows;
-        use rayon::prelude::*;
         let shared = SharedRows(out.as_mut_ptr());
         let job = Job {
             x: &x,
             x_scales: &x_scales,
             rows,
             weight,
+            start,
         };
-        (0..outputs.div_ceil(PANEL))
-            .into_par_iter()
-            .for_each(|panel| {
-                // SAFETY: the CPU runs `kernel` (checked above); the lengths are asserted above
-                // and the packing holds whole panels; this task writes only the panel's columns
-                // of `out`, which no other task writes, and `out` outlives the parallel loop.
-                unsafe { add_panel(kernel, &job, panel, shared.at(0)) };
-            });
+        super::team::for_each(outputs.div_ceil(PANEL), |panel| {
+            // SAFETY: the CPU runs `kernel` (checked above); the lengths are asserted above and
+            // the packing holds whole panels; this task writes only the panel's columns of
+            // `out`, which no other task writes, and `out` outlives the parallel loop.
+            unsafe { add_panel(kernel, &job, panel, shared.at(0)) };
+        });
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -225,6 +240,7 @@ struct Job<'a> {
     x_scales: &'a [f32],
     rows: usize,
     weight: &'a QuantizedWeight,
+    start: Option<&'a Start<'a>>,
 }
 
 impl Job<'_> {
@@ -272,6 +288,16 @@ unsafe fn add_panel(kernel: Kernel, job: &Job, panel: usize, out: *mut f32) {
         // SAFETY: row r's columns first..first+width lie in `out` (rows × outputs), and only
         // this task writes them.
         let row = unsafe { std::slice::from_raw_parts_mut(out.add(r * w.outputs + first), width) };
+        if let Some(start) = job.start {
+            // As the caller would have filled it: the bias, then the residual added.
+            row.copy_from_slice(&start.bias[first..first + width]);
+            if let Some(residual) = start.residual {
+                let residual = &residual[r * w.outputs + first..][..width];
+                for (o, &add) in row.iter_mut().zip(residual) {
+                    *o += add;
+                }
+            }
+        }
         for ((o, &sum), &scale) in row.iter_mut().zip(row_sums).zip(&w.scales[first..]) {
             *o += sum * (scale * x_scale);
         }
@@ -604,7 +630,7 @@ mod tests {
                 .iter()
                 .map(|&kernel| {
                     let mut got = start.clone();
-                    assert!(product_on(kernel, &input, rows, &q, 256, &mut got));
+                    assert!(product_on(kernel, &input, rows, &q, 256, None, &mut got));
                     got
                 })
                 .collect();
@@ -630,6 +656,42 @@ mod tests {
             }
             // And it is not exact: the test would pass an f32 product by mistake otherwise.
             assert!(worst > 0.0, "{rows}×{inputs}→{outputs} matched exactly");
+        }
+    }
+
+    #[test]
+    fn a_start_given_is_the_start_filled_in_first_bit_for_bit() {
+        for kernel in kernels_here() {
+            for (rows, inputs, outputs) in [(1, 32, 1), (7, 384, 131), (30, 1536, 384)] {
+                let input = values(rows * inputs, 3);
+                let q =
+                    QuantizedWeight::new(&values(outputs * inputs, 5), inputs, outputs).unwrap();
+                let bias = values(outputs, 11);
+                let residual = values(rows * outputs, 13);
+                for residual in [None, Some(residual.as_slice())] {
+                    let mut filled: Vec<f32> =
+                        (0..rows).flat_map(|_| bias.iter().copied()).collect();
+                    if let Some(residual) = residual {
+                        filled.iter_mut().zip(residual).for_each(|(o, r)| *o += r);
+                    }
+                    assert!(product_on(kernel, &input, rows, &q, 256, None, &mut filled));
+                    let mut written = vec![f32::NAN; rows * outputs];
+                    let start = Start {
+                        bias: &bias,
+                        residual,
+                    };
+                    assert!(product_on(
+                        kernel,
+                        &input,
+                        rows,
+                        &q,
+                        256,
+                        Some(&start),
+                        &mut written
+                    ));
+                    assert_eq!(written, filled, "{kernel:?} {rows}×{inputs}→{outputs}");
+                }
+            }
         }
     }
 
@@ -666,7 +728,7 @@ mod tests {
         let q = QuantizedWeight::new(&weight, inputs, outputs).unwrap();
         for kernel in kernels_here() {
             let mut out = vec![0f32; rows * outputs];
-            assert!(product_on(kernel, &input, rows, &q, 256, &mut out));
+            assert!(product_on(kernel, &input, rows, &q, 256, None, &mut out));
             let want = -1.5 * 0.25 * inputs as f32;
             for v in out {
                 assert!(
@@ -683,14 +745,14 @@ mod tests {
         let q = QuantizedWeight::new(&[1.0; 128], inputs, 2).unwrap();
         // Too many rows.
         let mut out = vec![0.0; 5 * 2];
-        assert!(!product(&[1.0; 5 * 64], 5, &q, 4, &mut out));
+        assert!(!product(&[1.0; 5 * 64], 5, &q, 4, None, &mut out));
         // An odd number of inputs is not packed.
         assert!(QuantizedWeight::new(&[1.0; 42], 21, 2).is_none());
         // A row that is not finite: the f32 path then carries it as IEEE arithmetic would.
         let mut row = vec![1.0; inputs];
         row[3] = f32::INFINITY;
         let mut out = vec![0.0; 2];
-        assert!(!product(&row, 1, &q, 256, &mut out));
+        assert!(!product(&row, 1, &q, 256, None, &mut out));
         assert!(out.iter().all(|&v| v == 0.0));
     }
 
@@ -699,7 +761,7 @@ mod tests {
         let q = QuantizedWeight::new(&values(64 * 3, 9), 64, 3).unwrap();
         for kernel in kernels_here() {
             let mut out = vec![0.5, -2.0, 3.0];
-            assert!(product_on(kernel, &[0.0; 64], 1, &q, 256, &mut out));
+            assert!(product_on(kernel, &[0.0; 64], 1, &q, 256, None, &mut out));
             assert_eq!(out, [0.5, -2.0, 3.0], "{kernel:?}");
         }
     }

@@ -16,6 +16,7 @@ mod bf16_tiles;
 pub mod fastmath;
 mod few_rows;
 mod int16_rows;
+mod team;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -352,11 +353,18 @@ impl Encoder {
         let mut done = 0;
         for chunk in &passes {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
-            let vectors = match threads {
-                Some(pool) => pool.install(|| self.forward(&batch, precision)),
-                // Inside the pool: the pass's parallel loops then start without a hand-off
-                // from this thread to the pool's each time (about 30 per pass).
-                None => rayon::scope(|_| self.forward(&batch, precision)),
+            let rows: usize = batch.iter().map(|ids| ids.len()).sum();
+            let vectors = if rows <= few_rows::MAX_ROWS {
+                // A pass of few rows (a query's): its ~30 short parallel loops on a team whose
+                // threads stay awake between them.
+                team::run(threads, || self.forward(&batch, precision))
+            } else {
+                match threads {
+                    Some(pool) => pool.install(|| self.forward(&batch, precision)),
+                    // Inside the pool: the pass's parallel loops then start without a hand-off
+                    // from this thread to the pool's each time.
+                    None => rayon::scope(|_| self.forward(&batch, precision)),
+                }
             }
             .map_err(EncoderError::Run)?;
             for (&i, v) in chunk.iter().zip(vectors) {
