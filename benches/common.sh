@@ -85,9 +85,10 @@ pgbench_run() {
         c = $1; end = $5 + $6 / 1e6; start = end - $3 / 1e6; n[c]++
         if (!(c in first) || start < first[c]) first[c] = start
         if (!(c in last) || end > last[c]) last[c] = end }
-      END { q = 0; for (c in n) if (last[c] > first[c]) q += n[c] / (last[c] - first[c]); printf "%.0f", q }')
+      END { q = 0; for (c in n) if (last[c] > first[c]) q += n[c] / (last[c] - first[c]); printf (q < 10 ? "%.2f" : "%.0f"), q }')
   fi
   cat "$dir"/pgbench_log.* | awk -v w="$warm" '$2 >= w {print $3 / 1000}' | sort -n | awk -v tps="$tps" '
     { v[NR] = $1 } END { if (NR == 0) { print "error - -"; exit }
-      printf "%.2f %.2f %.0f\n", v[int(NR * 0.5) + (NR * 0.5 > int(NR * 0.5))], v[int(NR * 0.95) + (NR * 0.95 > int(NR * 0.95))], tps }'
+      printf "%.2f %.2f %s\n", v[int(NR * 0.5) + (NR * 0.5 > int(NR * 0.5))], v[int(NR * 0.95) + (NR * 0.95 > int(NR * 0.95))],
+             sprintf(tps < 10 ? "%.2f" : "%.0f", tps) }'
 }

@@ -114,8 +114,12 @@ for m in $METHODS ${PEERS-fts operator}; do
     *) body=$(search_sql "$m"); label="skills.search $m" ;;
   esac
   calls=$(nested "$body")
+  # Each client's pass over every query warms its backend's key cache; full text search has
+  # none, and at seconds a call such a pass would outlast the run: its first call alone is left out.
+  warm=$nq
+  [ "$m" = fts ] && warm=1
   for c in $CLIENTS; do
-    read -r a50 a95 aq <<< "$(WARM=$nq pgbench_run "$B" "$D" $P "$(ENCODE=0 script "$m" "$body")" "$c" "$((SECONDS_PER_RUN + WARM_SECONDS))")"
+    read -r a50 a95 aq <<< "$(WARM=$warm pgbench_run "$B" "$D" $P "$(ENCODE=0 script "$m" "$body")" "$c" "$((SECONDS_PER_RUN + WARM_SECONDS))")"
     if [ "$m" = bm25 ] || [ "$m" = fts ] || [ "$m" = operator ]; then
       e="(no encoding) | -"
     else
