@@ -212,6 +212,112 @@ pub fn query_key_values(query: &str) -> Vec<f32> {
     key
 }
 
+/// A request's key, encoded on the encoder's threads while the backend's own thread does other
+/// work ([`start_query_key`], then [`finish_query_key`]).
+pub enum PendingQueryKey {
+    /// Cached, or encoded on the spot.
+    Ready(Vec<f32>),
+    Running {
+        cache_key: (String, Precision, String),
+        result: std::sync::mpsc::Receiver<std::thread::Result<Result<Vec<Vec<f32>>, EncoderError>>>,
+        /// The encoder slots the job runs on, held until it is collected.
+        _claim: Option<slots::Claim>,
+    },
+}
+
+/// Requests whose key was encoded alongside other work ([`start_query_key`]; tests).
+static KEYS_ENCODED_ALONGSIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn keys_encoded_alongside() -> u64 {
+    KEYS_ENCODED_ALONGSIDE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Starts the query key of `query` (as [`query_key_values`]) on the encoder's threads and
+/// returns at once, so that the backend can meanwhile read what does not need the key (a
+/// hybrid search's BM25 list). The job touches nothing of Postgres: the model is loaded, the
+/// slots claimed and the settings read here, on the backend's thread.
+pub fn start_query_key(query: &str) -> PendingQueryKey {
+    crate::guc::check_query_size(query);
+    let cache_key = (guc::model_dir(), guc::query_precision(), query.to_string());
+    if let Some(key) = QUERY_KEYS.with(|c| c.borrow_mut().get(&cache_key).cloned()) {
+        return PendingQueryKey::Ready(key);
+    }
+    let encoder = encoder();
+    let configured = configured_encoder_threads();
+    let (pool, claim) = if is_embedder_worker() {
+        (encoder_pool(configured, 0), None)
+    } else {
+        let claim = slots::claim(configured);
+        (encoder_pool(claim.threads(), configured), Some(claim))
+    };
+    let Some(pool) = pool else {
+        return PendingQueryKey::Ready(query_key_values(query));
+    };
+    let (sender, result) = std::sync::mpsc::sync_channel(1);
+    let (text, precision, threads) = (query.to_string(), cache_key.1, pool.clone());
+    pool.spawn(move || {
+        // A panic must not reach rayon (its default is to abort the process): it is sent.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            encoder.embed_on(
+                Some(&threads),
+                &[text.as_str()],
+                pg_skills_kernels::encoder::BATCH_SIZE,
+                precision,
+                &mut |_| {
+                    PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                },
+            )
+        }));
+        // The backend may have stopped waiting (an ERROR, a cancel): nothing to hand then.
+        let _ = sender.send(outcome);
+    });
+    PendingQueryKey::Running {
+        cache_key,
+        result,
+        _claim: claim,
+    }
+}
+
+/// The key [`start_query_key`] started, waited for with interrupt checks, and cached.
+pub fn finish_query_key(pending: PendingQueryKey) -> Vec<f32> {
+    let PendingQueryKey::Running {
+        cache_key, result, ..
+    } = pending
+    else {
+        let PendingQueryKey::Ready(key) = pending else {
+            unreachable!()
+        };
+        return key;
+    };
+    let outcome = loop {
+        match result.recv_timeout(std::time::Duration::from_millis(5)) {
+            Ok(outcome) => break outcome,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                pg_sys::check_for_interrupts!();
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "the encoder's job ended without a result".to_string(),
+                None,
+            ),
+        }
+    };
+    let embedding = match outcome {
+        Ok(Ok(mut embeddings)) => embeddings.remove(0),
+        Ok(Err(e)) => raise_encoder_error(e),
+        Err(_) => raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "the encoder panicked while encoding a request".to_string(),
+            None,
+        ),
+    };
+    KEYS_ENCODED_ALONGSIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = compressor::query_key(&embedding);
+    QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
+    key
+}
+
 /// Whether this backend holds the query key of `text` (tests).
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) fn query_key_cached(text: &str) -> bool {

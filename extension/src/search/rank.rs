@@ -488,12 +488,14 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
             )
         }
         Method::Hybrid => {
-            let key = req.key();
+            // The key is encoded on the encoder's threads while this one reads BM25.
+            let pending = req.start_key();
             // The fused lists are as deep as k alone asks (at least HYBRID_DEPTH). Fusing deeper
             // lists adds reciprocal ranks and can reorder the top; a deeper reading (a token
             // budget, k => NULL) therefore only appends rows after the pool.
             let pool_depth = req.results_wanted.unwrap_or(0).max(HYBRID_DEPTH);
             let b = bm25(&req.query, req.category_filter(), Some(pool_depth));
+            let key = req.finish_key(pending);
             let s = semantic(&key, req.category_filter(), Some(pool_depth));
             let lists_complete = b.len() < pool_depth && s.len() < pool_depth;
             let pool = fuse(req, &b, &s, RRF_K);
@@ -510,11 +512,14 @@ pub fn rank(req: &mut Request, depth: Option<usize>) -> Vec<Ranked> {
             fused
         }
         Method::Graph | Method::SkillTrace => {
-            // Seeds from every pool: an edge may lead from a seed into the requested pools.
-            let key = req.key();
+            // Seeds from every pool: an edge may lead from a seed into the requested pools. The
+            // key is encoded on the encoder's threads while this one reads BM25.
+            let pending = req.start_key();
+            let bm25_seeds = bm25(&req.query, None, Some(SEEDS));
+            let key = req.finish_key(pending);
             let seeds = fuse(
                 req,
-                &bm25(&req.query, None, Some(SEEDS)),
+                &bm25_seeds,
                 &semantic(&key, None, Some(SEEDS)),
                 SEED_RRF_K,
             );

@@ -105,6 +105,22 @@ impl Request {
         self.key.clone().expect("set above")
     }
 
+    /// Starts the key of a request that is not covered by parts (see [`Request::key`]) on the
+    /// encoder's threads; [`Request::finish_key`] collects it.
+    pub fn start_key(&self) -> crate::embedding::PendingQueryKey {
+        match &self.key {
+            Some(key) => crate::embedding::PendingQueryKey::Ready(key.clone()),
+            None => crate::embedding::start_query_key(&self.query),
+        }
+    }
+
+    /// The key [`Request::start_key`] started, kept as [`Request::key`] keeps it.
+    pub fn finish_key(&mut self, pending: crate::embedding::PendingQueryKey) -> Vec<f32> {
+        let key = crate::embedding::finish_query_key(pending);
+        self.key = Some(key.clone());
+        key
+    }
+
     pub fn category_filter(&self) -> Option<Vec<String>> {
         self.categories.clone()
     }

@@ -262,6 +262,48 @@ mod tests {
     }
 
     #[pg_test]
+    fn hybrid_and_graph_searches_encode_the_request_while_they_read_bm25() {
+        if !have_model() {
+            return;
+        }
+        demo_skills();
+        exec("SELECT skills.embed_pending()");
+        for method in ["hybrid", "graph", "skilltrace"] {
+            let request = format!("Find the commit that broke the {method} build");
+            let before = crate::embedding::keys_encoded_alongside();
+            let rows = search(&format!("'{request}', k => 5, method => '{method}'"));
+            assert!(!rows.is_empty(), "{method} served nothing");
+            assert_eq!(
+                crate::embedding::keys_encoded_alongside() - before,
+                1,
+                "{method}"
+            );
+            // The key it kept is the one a search encodes on its own thread.
+            assert!(crate::embedding::query_key_cached(&request), "{method}");
+            let encoder = crate::embedding::encoder();
+            let alone = encoder
+                .embed_queries(&[request.as_str()], crate::guc::query_precision())
+                .unwrap();
+            let key = pg_skills_kernels::compressor::query_key(&alone[0]);
+            assert_eq!(
+                crate::embedding::query_key_values(&request),
+                key,
+                "{method}"
+            );
+            // Cached now: the same search again encodes nothing and serves the same rows.
+            assert_eq!(
+                search(&format!("'{request}', k => 5, method => '{method}'")),
+                rows
+            );
+            assert_eq!(
+                crate::embedding::keys_encoded_alongside() - before,
+                1,
+                "{method}"
+            );
+        }
+    }
+
+    #[pg_test]
     fn hybrid_is_reciprocal_rank_fusion_of_bm25_and_semantic() {
         if !have_model() {
             return;
