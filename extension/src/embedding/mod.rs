@@ -149,18 +149,24 @@ pub(crate) fn passes_run() -> u64 {
     PASSES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The threads this process encodes on now: in the embedder worker its own, in other backends
+/// as many as the encoder slots it claims (held until the claim is dropped; [`slots`]).
+fn claimed_pool() -> (Option<Arc<rayon::ThreadPool>>, Option<slots::Claim>) {
+    let configured = configured_encoder_threads();
+    if is_embedder_worker() {
+        (encoder_pool(configured, 0), None)
+    } else {
+        let claim = slots::claim(configured);
+        (encoder_pool(claim.threads(), configured), Some(claim))
+    }
+}
+
 fn embed_texts_in(
     encoder: &Encoder,
     texts: &[&str],
     precision: Precision,
 ) -> Result<Vec<Vec<f32>>, EncoderError> {
-    let configured = configured_encoder_threads();
-    let (pool, _claim) = if is_embedder_worker() {
-        (encoder_pool(configured, 0), None)
-    } else {
-        let claim = slots::claim(configured);
-        (encoder_pool(claim.threads(), configured), Some(claim))
-    };
+    let (pool, _claim) = claimed_pool();
     encoder.embed_on(
         pool.as_deref(),
         texts,
@@ -244,14 +250,10 @@ pub fn start_query_key(query: &str) -> PendingQueryKey {
         return PendingQueryKey::Ready(key);
     }
     let encoder = encoder();
-    let configured = configured_encoder_threads();
-    let (pool, claim) = if is_embedder_worker() {
-        (encoder_pool(configured, 0), None)
-    } else {
-        let claim = slots::claim(configured);
-        (encoder_pool(claim.threads(), configured), Some(claim))
-    };
+    let (pool, claim) = claimed_pool();
     let Some(pool) = pool else {
+        // No pool of our own (its threads could not start): encoded here, on rayon's.
+        drop(claim);
         return PendingQueryKey::Ready(query_key_values(query));
     };
     let (sender, result) = std::sync::mpsc::sync_channel(1);
