@@ -167,8 +167,18 @@ fn embed_texts_in(
     precision: Precision,
 ) -> Result<Vec<Vec<f32>>, EncoderError> {
     let (pool, _claim) = claimed_pool();
+    embed_on_pool(encoder, pool.as_deref(), texts, precision)
+}
+
+/// `texts` encoded on `pool` (None: rayon's global pool), with interrupt checks between passes.
+fn embed_on_pool(
+    encoder: &Encoder,
+    pool: Option<&rayon::ThreadPool>,
+    texts: &[&str],
+    precision: Precision,
+) -> Result<Vec<Vec<f32>>, EncoderError> {
     encoder.embed_on(
-        pool.as_deref(),
+        pool,
         texts,
         pg_skills_kernels::encoder::BATCH_SIZE,
         precision,
@@ -250,11 +260,20 @@ pub fn start_query_key(query: &str) -> PendingQueryKey {
         return PendingQueryKey::Ready(key);
     }
     let encoder = encoder();
+    // The kernels' one-time checks (CPU features, a setting in the environment) run here, not
+    // first on the job's thread beside the backend's.
+    let _ = (Precision::int16_available(), Precision::bf16_available());
     let (pool, claim) = claimed_pool();
     let Some(pool) = pool else {
-        // No pool of our own (its threads could not start): encoded here, on rayon's.
+        // No pool of our own (its threads could not start): encoded now, on rayon's, under the
+        // slots just claimed.
+        let embedding = embed_on_pool(&encoder, None, &[query], cache_key.1)
+            .unwrap_or_else(|e| raise_encoder_error(e))
+            .remove(0);
         drop(claim);
-        return PendingQueryKey::Ready(query_key_values(query));
+        let key = compressor::query_key(&embedding);
+        QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
+        return PendingQueryKey::Ready(key);
     };
     let (sender, result) = std::sync::mpsc::sync_channel(1);
     let (text, precision, threads) = (query.to_string(), cache_key.1, pool.clone());

@@ -354,9 +354,10 @@ impl Encoder {
         for chunk in &passes {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
             let rows: usize = batch.iter().map(|ids| ids.len()).sum();
-            let vectors = if rows <= few_rows::MAX_ROWS {
+            let vectors = if rows <= few_rows::MAX_ROWS && fastmath::has_avx2_fma() {
                 // A pass of few rows (a query's): its ~30 short parallel loops on a team whose
-                // threads stay awake between them.
+                // threads stay awake between them. (Without AVX2 and FMA its products are
+                // `gemm`'s, whose own rayon loops need the pool's threads free: not a team.)
                 team::run(threads, || self.forward(&batch, precision))
             } else {
                 match threads {

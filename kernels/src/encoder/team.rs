@@ -40,6 +40,25 @@ struct Team {
 thread_local! {
     /// The team whose leader this thread is, while it runs a pass.
     static LEADING: Cell<*const Team> = const { Cell::new(std::ptr::null()) };
+    /// Whether this thread leads or helps a team now: a helper's job that it picks up while
+    /// waiting inside rayon (a task's own parallel loop) must not start helping on top of the
+    /// task it has not finished, which the leader would then wait for forever.
+    static IN_TEAM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as in a team until dropped (restoring what it was).
+struct InTeam(bool);
+
+impl InTeam {
+    fn enter() -> InTeam {
+        InTeam(IN_TEAM.with(|t| t.replace(true)))
+    }
+}
+
+impl Drop for InTeam {
+    fn drop(&mut self) {
+        IN_TEAM.with(|t| t.set(self.0));
+    }
 }
 
 fn pack(count: usize, next: usize) -> u64 {
@@ -108,6 +127,10 @@ impl Team {
 
     /// A helper's part: runs tasks as loops come until the pass is over.
     fn help(&self) {
+        if IN_TEAM.with(|t| t.get()) {
+            return;
+        }
+        let _in_team = InTeam::enter();
         while !self.finished.load(Ordering::Acquire) {
             if !self.run_one() {
                 wait_until(|| {
@@ -179,6 +202,7 @@ fn lead<'s, R: Send, F: FnOnce() -> R + Send>(
     for _ in 1..rayon::current_num_threads() {
         scope.spawn(move |_| team.help());
     }
+    let _in_team = InTeam::enter();
     let leading = Leading {
         team,
         before: LEADING.with(|l| l.replace(team)),
@@ -293,6 +317,29 @@ mod tests {
             seen.into_inner().unwrap().len()
         });
         assert_eq!(threads, 2);
+    }
+
+    #[test]
+    fn tasks_may_run_rayon_loops_of_their_own() {
+        // A task's own rayon loop can make its thread wait inside rayon, where it may pick up
+        // an unstarted helper job of the same pass: that job must not start helping on top of
+        // the unfinished task (the leader would wait for it forever).
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let total: u64 = run(Some(&pool), || {
+            let sums: Vec<AtomicUsize> = (0..8).map(|_| AtomicUsize::new(0)).collect();
+            for _ in 0..200 {
+                for_each(8, |i| {
+                    use rayon::prelude::*;
+                    let s: usize = (0..1000usize).into_par_iter().with_max_len(16).sum();
+                    sums[i].fetch_add(s, Ordering::Relaxed);
+                });
+            }
+            sums.iter().map(|s| s.load(Ordering::Relaxed) as u64).sum()
+        });
+        assert_eq!(total, 8 * 200 * 499_500);
     }
 
     #[test]
