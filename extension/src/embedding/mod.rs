@@ -205,7 +205,10 @@ fn embed(text: &str) -> Vec<f32> {
 /// parts keeps a key for each part, so this holds the parts of several hundred requests.
 const QUERY_KEY_CACHE_ENTRIES: std::num::NonZeroUsize = std::num::NonZeroUsize::new(2048).unwrap();
 
-type QueryKeyCache = lru::LruCache<(String, Precision, String), Vec<f32>>;
+/// Where a request's key is cached: model folder, precision, text.
+type QueryKeyName = (String, Precision, String);
+
+type QueryKeyCache = lru::LruCache<QueryKeyName, Vec<f32>>;
 
 thread_local! {
     static QUERY_KEYS: std::cell::RefCell<QueryKeyCache> =
@@ -215,16 +218,29 @@ thread_local! {
 /// The 512 values of q = normalize(pad512(e(query))); `skills.query_key` wraps them in a key.
 #[pg_extern(stable, parallel_safe)]
 pub fn query_key_values(query: &str) -> Vec<f32> {
-    crate::guc::check_query_size(query);
-    let cache_key = (guc::model_dir(), guc::query_precision(), query.to_string());
-    if let Some(key) = QUERY_KEYS.with(|c| c.borrow_mut().get(&cache_key).cloned()) {
-        return key;
-    }
+    let cache_key = match cached_query_key(query) {
+        Ok(key) => return key,
+        Err(cache_key) => cache_key,
+    };
     let embedding = embed_query_texts(&encoder(), &[query])
         .unwrap_or_else(|e| raise_encoder_error(e))
         .remove(0);
-    let key = compressor::query_key(&embedding);
-    QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
+    keep_query_key(cache_key, &embedding)
+}
+
+/// The cached key of `query` (its size checked first), or the name to cache it under.
+fn cached_query_key(query: &str) -> Result<Vec<f32>, QueryKeyName> {
+    crate::guc::check_query_size(query);
+    let name = (guc::model_dir(), guc::query_precision(), query.to_string());
+    QUERY_KEYS
+        .with(|c| c.borrow_mut().get(&name).cloned())
+        .ok_or(name)
+}
+
+/// The key of a request's `embedding`, cached under `name`.
+fn keep_query_key(name: QueryKeyName, embedding: &[f32]) -> Vec<f32> {
+    let key = compressor::query_key(embedding);
+    QUERY_KEYS.with(|c| c.borrow_mut().put(name, key.clone()));
     key
 }
 
@@ -234,7 +250,7 @@ pub enum PendingQueryKey {
     /// Cached, or encoded on the spot.
     Ready(Vec<f32>),
     Running {
-        cache_key: (String, Precision, String),
+        cache_key: QueryKeyName,
         result: std::sync::mpsc::Receiver<std::thread::Result<Result<Vec<Vec<f32>>, EncoderError>>>,
         /// The encoder slots the job runs on, held until it is collected.
         _claim: Option<slots::Claim>,
@@ -254,11 +270,10 @@ pub(crate) fn keys_encoded_alongside() -> u64 {
 /// hybrid search's BM25 list). The job touches nothing of Postgres: the model is loaded, the
 /// slots claimed and the settings read here, on the backend's thread.
 pub fn start_query_key(query: &str) -> PendingQueryKey {
-    crate::guc::check_query_size(query);
-    let cache_key = (guc::model_dir(), guc::query_precision(), query.to_string());
-    if let Some(key) = QUERY_KEYS.with(|c| c.borrow_mut().get(&cache_key).cloned()) {
-        return PendingQueryKey::Ready(key);
-    }
+    let cache_key = match cached_query_key(query) {
+        Ok(key) => return PendingQueryKey::Ready(key),
+        Err(cache_key) => cache_key,
+    };
     let encoder = encoder();
     // The kernels' one-time checks (CPU features, a setting in the environment) run here, not
     // first on the job's thread beside the backend's.
@@ -271,9 +286,7 @@ pub fn start_query_key(query: &str) -> PendingQueryKey {
             .unwrap_or_else(|e| raise_encoder_error(e))
             .remove(0);
         drop(claim);
-        let key = compressor::query_key(&embedding);
-        QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
-        return PendingQueryKey::Ready(key);
+        return PendingQueryKey::Ready(keep_query_key(cache_key, &embedding));
     };
     let (sender, result) = std::sync::mpsc::sync_channel(1);
     let (text, precision, threads) = (query.to_string(), cache_key.1, pool.clone());
@@ -334,9 +347,7 @@ pub fn finish_query_key(pending: PendingQueryKey) -> Vec<f32> {
         ),
     };
     KEYS_ENCODED_ALONGSIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let key = compressor::query_key(&embedding);
-    QUERY_KEYS.with(|c| c.borrow_mut().put(cache_key, key.clone()));
-    key
+    keep_query_key(cache_key, &embedding)
 }
 
 /// Whether this backend holds the query key of `text` (tests).

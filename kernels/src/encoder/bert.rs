@@ -420,16 +420,12 @@ impl Dense {
 
     /// Fills each row of `out` with the bias (+ the residual's row): what a product adds to.
     fn start(&self, out: &mut [f32], residual: Option<&[f32]>) {
-        for (i, row) in out.chunks_exact_mut(self.outputs).enumerate() {
-            row.copy_from_slice(&self.bias);
-            if let Some(residual) = residual {
-                for (o, r) in row
-                    .iter_mut()
-                    .zip(&residual[i * self.outputs..][..self.outputs])
-                {
-                    *o += r;
-                }
-            }
+        let start = int16_rows::Start {
+            bias: &self.bias,
+            residual,
+        };
+        for (r, row) in out.chunks_exact_mut(self.outputs).enumerate() {
+            start.fill(r, 0, row);
         }
     }
 

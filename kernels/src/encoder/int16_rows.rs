@@ -150,6 +150,23 @@ pub struct Start<'a> {
     pub residual: Option<&'a [f32]>,
 }
 
+impl Start<'_> {
+    /// Row r's columns first..first + out.len() of the start: the bias, then the residual added.
+    pub fn fill(&self, r: usize, first: usize, out: &mut [f32]) {
+        let width = out.len();
+        out.copy_from_slice(&self.bias[first..first + width]);
+        if let Some(residual) = self.residual {
+            let outputs = self.bias.len();
+            for (o, &add) in out
+                .iter_mut()
+                .zip(&residual[r * outputs + first..][..width])
+            {
+                *o += add;
+            }
+        }
+    }
+}
+
 /// out[r][o] += Σ_k input[r][k]·weight[o][k] for `rows` rows, in parallel
 /// ([`super::team::for_each`]); `out` already holds what is added to, or with `start` is
 /// written whole from it. Returns false, having done nothing, where the CPU has neither kernel
@@ -289,14 +306,7 @@ unsafe fn add_panel(kernel: Kernel, job: &Job, panel: usize, out: *mut f32) {
         // this task writes them.
         let row = unsafe { std::slice::from_raw_parts_mut(out.add(r * w.outputs + first), width) };
         if let Some(start) = job.start {
-            // As the caller would have filled it: the bias, then the residual added.
-            row.copy_from_slice(&start.bias[first..first + width]);
-            if let Some(residual) = start.residual {
-                let residual = &residual[r * w.outputs + first..][..width];
-                for (o, &add) in row.iter_mut().zip(residual) {
-                    *o += add;
-                }
-            }
+            start.fill(r, first, row);
         }
         for ((o, &sum), &scale) in row.iter_mut().zip(row_sums).zip(&w.scales[first..]) {
             *o += sum * (scale * x_scale);

@@ -251,12 +251,16 @@ pub fn for_each_chunk(values: &mut [f32], len: usize, body: impl Fn(&mut [f32]) 
 mod tests {
     use super::*;
 
+    fn pool_of(threads: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn every_task_of_every_loop_runs_once() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        let pool = pool_of(3);
         let total = run(Some(&pool), || {
             let mut total = 0usize;
             for count in [0usize, 1, 5, 64, 7, 7, 1000] {
@@ -280,10 +284,7 @@ mod tests {
 
     #[test]
     fn each_chunk_is_given_once() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = pool_of(2);
         for threads in [Some(&pool), None] {
             let mut values = vec![1f32; 103];
             run(threads, || {
@@ -302,10 +303,7 @@ mod tests {
 
     #[test]
     fn the_helpers_share_the_tasks() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = pool_of(2);
         let threads = run(Some(&pool), || {
             let seen = Mutex::new(std::collections::HashSet::new());
             for _ in 0..50 {
@@ -324,10 +322,7 @@ mod tests {
         // A task's own rayon loop can make its thread wait inside rayon, where it may pick up
         // an unstarted helper job of the same pass: that job must not start helping on top of
         // the unfinished task (the leader would wait for it forever).
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        let pool = pool_of(3);
         let total: u64 = run(Some(&pool), || {
             let sums: Vec<AtomicUsize> = (0..8).map(|_| AtomicUsize::new(0)).collect();
             for _ in 0..200 {
@@ -344,10 +339,7 @@ mod tests {
 
     #[test]
     fn a_panicking_task_panics_the_loop_and_ends_the_pass() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = pool_of(2);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             run(Some(&pool), || {
                 for_each(16, |i| {

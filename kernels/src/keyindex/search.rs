@@ -398,6 +398,14 @@ impl Batch {
         self.add(Item::pending(lower, tid, key));
     }
 
+    /// Every candidate of the batch, taken out of it (a walk puts back the exact ones).
+    fn take_candidates(&mut self) -> impl Iterator<Item = Item> + '_ {
+        std::mem::take(&mut self.heap)
+            .into_vec()
+            .into_iter()
+            .chain(self.rest.drain(..))
+    }
+
     /// Makes `items`, every one exact, the batch's candidates: one heap of them all, as the
     /// scan before codes made.
     fn hold_exact(&mut self, items: Vec<Item>) {
@@ -440,10 +448,8 @@ impl Batch {
         query: &WideQuery,
         cut: f64,
     ) -> Result<(), Corrupt> {
-        let (mut near, mut items): (Vec<Item>, Vec<Item>) = std::mem::take(&mut self.heap)
-            .into_vec()
-            .into_iter()
-            .chain(self.rest.drain(..))
+        let (mut near, mut items): (Vec<Item>, Vec<Item>) = self
+            .take_candidates()
             .partition(|i| i.exact == 0 && i.value <= cut);
         near.sort_unstable_by_key(|i| (i.key.block, i.key.slot));
         let mut at = 0;
@@ -484,24 +490,14 @@ impl Batch {
         meta: &Meta,
         query: &WideQuery,
     ) -> Result<(), Corrupt> {
+        let (pending, mut items): (Vec<Item>, Vec<Item>) =
+            self.take_candidates().partition(|i| i.exact == 0);
         // Sorted for binary search: a TID is on one key page of one list.
-        let mut waiting: Vec<Tid> = self
-            .heap
-            .iter()
-            .chain(&self.rest)
-            .filter(|i| i.exact == 0)
-            .map(|i| i.tid)
-            .collect();
+        let mut waiting: Vec<Tid> = pending.iter().map(|i| i.tid).collect();
         waiting.sort_unstable();
         // A TID found once is taken once (a damaged page may repeat one).
         let mut found = vec![false; waiting.len()];
         let mut left = waiting.len();
-        let mut items: Vec<Item> = std::mem::take(&mut self.heap)
-            .into_vec()
-            .into_iter()
-            .chain(self.rest.drain(..))
-            .filter(|i| i.exact == 1)
-            .collect();
         let mut walked = 0;
         for list in std::mem::take(&mut self.lists) {
             if left == 0 {
