@@ -117,3 +117,44 @@ fn warn_once(key: &str, message: &str) {
         *warned = Some(key.to_string());
     }
 }
+
+/// Runs `f` (a worker's work, inside the caller's transaction) in a subtransaction: an ERROR in
+/// it is rolled back and comes back as its message, and the worker goes on, where it would
+/// otherwise end the worker (the postmaster starting it again 10 s later, to fail the same way).
+pub fn in_subtransaction(f: impl FnOnce()) -> Result<(), String> {
+    // SAFETY: the standard PL pattern (plpgsql's EXCEPTION blocks): the caller's memory context
+    // and resource owner are saved, a subtransaction is begun and then either released or rolled
+    // back, and the two are restored afterwards. The rollback releases what the work held (SPI
+    // connections, locks, buffers, the user it switched to), and pgrx has already copied and
+    // flushed the error state when the catch handler runs.
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        // The work's state is dropped by the rollback; none of it is read after an ERROR.
+        let f = std::panic::AssertUnwindSafe(f);
+        let outcome = PgTryBuilder::new(move || {
+            f();
+            Ok(())
+        })
+        .catch_others(|e| Err(caught_message(&e)))
+        .execute();
+        match outcome {
+            Ok(()) => pg_sys::ReleaseCurrentSubTransaction(),
+            Err(_) => pg_sys::RollbackAndReleaseCurrentSubTransaction(),
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        outcome
+    }
+}
+
+/// The message of an ERROR or panic a worker caught.
+fn caught_message(e: &pg_sys::panic::CaughtError) -> String {
+    match e {
+        pg_sys::panic::CaughtError::PostgresError(r)
+        | pg_sys::panic::CaughtError::ErrorReport(r)
+        | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => r.message().to_string(),
+    }
+}

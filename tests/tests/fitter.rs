@@ -252,3 +252,97 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
         "the worker left the pairs-query compressor"
     );
 }
+
+/// The fitter worker's backend pid.
+fn fitter_pid(client: &mut Client) -> i32 {
+    client
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_skills fitter'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// A scheduled fit that fails (here: the relevance function setting names no function) is
+/// rolled back and logged, and the worker stays up and waits longer after each failure in a
+/// row; once the cause is gone it fits. Before, the ERROR ended the worker, and the postmaster
+/// started it again 10 s later to fail the same way.
+#[test]
+fn a_failing_fit_keeps_the_worker_up_and_backs_off() {
+    if skip_without_model() {
+        return;
+    }
+    let cluster = Cluster::start_with("fitter-failing", 54373, CONF);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    for (name, description) in SKILLS {
+        admin
+            .execute(
+                "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, '')",
+                &[name, description],
+            )
+            .unwrap();
+    }
+    wait_for(
+        &mut admin,
+        "keys",
+        "SELECT queued = 0 AND done = 5 FROM skills.embedder_status",
+    );
+    wait_for(
+        &mut admin,
+        "the fitter in pg_stat_activity",
+        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'pg_skills fitter')",
+    );
+    let pid = fitter_pid(&mut admin);
+    for statement in [
+        "ALTER SYSTEM SET pg_skills.relevance_function = 'public.no_such_relevance'",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.execute(statement, &[]).unwrap();
+    }
+    for i in 0..4 {
+        record_bisect_run(
+            &mut admin,
+            &format!("my tests started failing after merging branch {i}"),
+            "merge",
+        );
+    }
+    // Long enough for a worker that ended at its first failure to be back with a new pid.
+    std::thread::sleep(Duration::from_secs(16));
+    assert_eq!(fitter_pid(&mut admin), pid, "the worker stayed up");
+    let rounds: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM skills.keyopt_round WHERE trigger = 'schedule'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rounds, 0, "no round came out of a failing fit");
+    let log = std::fs::read_to_string(cluster.dir.join("server.log")).unwrap_or_default();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("pg_skills fitter") && l.contains("no_such_relevance"))
+        .collect();
+    assert!(
+        failures.iter().any(|l| l.contains("tries again in 1 s"))
+            && failures.iter().any(|l| l.contains("tries again in 2 s")),
+        "the failures are logged with a growing wait: {failures:?}"
+    );
+    // 1 + 2 + 4 + 8 s of waits fit in 16 s: no more than five tries, where looking every 5 s
+    // with no wait would not fail less often, and restarting would have left another pid.
+    assert!(failures.len() <= 5, "{failures:?}");
+    for statement in [
+        "ALTER SYSTEM RESET pg_skills.relevance_function",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.execute(statement, &[]).unwrap();
+    }
+    wait_for(
+        &mut admin,
+        "a scheduled round once the setting is fixed",
+        "SELECT EXISTS (SELECT FROM skills.keyopt_round WHERE active AND trigger = 'schedule' \
+                        AND max_event_id = (SELECT max(id) FROM skills.event))",
+    );
+    assert_eq!(fitter_pid(&mut admin), pid);
+}
