@@ -142,43 +142,53 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
     let results = embed_isolating(encoder, &texts)?;
     let (version, active) = active_compressor();
     let mut outcome = BatchOutcome::default();
-    crate::spi::write(|client| {
-        let mut done = Vec::new();
-        for (queued, result) in batch.iter().zip(results) {
-            match result {
-                Ok(embedding) => {
-                    let key = compressor::skill_key(active.as_deref(), &embedding);
-                    client.update(
-                        "INSERT INTO skills.skill_key AS k \
-                             (skill_id, content_hash, embedding, k0, compressor_version) \
-                         VALUES ($1, $2, $3, skills.key($4), $5) \
-                         ON CONFLICT (skill_id) DO UPDATE SET \
-                             content_hash = EXCLUDED.content_hash, embedding = EXCLUDED.embedding, \
-                             k0 = EXCLUDED.k0, compressor_version = EXCLUDED.compressor_version, \
-                             embedded_at = EXCLUDED.embedded_at",
-                        None,
-                        &[
-                            queued.skill_id.into(),
-                            queued.content_hash.as_str().into(),
-                            embedding.into(),
-                            key.into(),
-                            version.into(),
-                        ],
-                    )?;
-                    done.push(queued.skill_id);
-                    outcome.embedded += 1;
-                }
-                Err(reason) => {
-                    client.update(
-                        "UPDATE skills.embed_queue SET failed_reason = $2, failed_at = now() \
-                         WHERE skill_id = $1",
-                        None,
-                        &[queued.skill_id.into(), reason.into()],
-                    )?;
-                    outcome.failed += 1;
-                }
-            }
+    let mut done: Vec<i64> = Vec::new();
+    // Each skill's key, or its encoder failure, in one subtransaction for the batch. An ERROR
+    // there that is the work's own (a trigger or a constraint someone put on skills.skill_key,
+    // a key the type refuses) would otherwise end the worker, which would take the same batch
+    // again after its restart and stall the queue: the batch is then written again one skill
+    // per subtransaction, and the skill whose write fails so is marked failed with the error.
+    // An ERROR about the server's state (a full disk, a deadlock) is raised as before: the
+    // skills stay queued for a later try.
+    let whole = crate::errors::in_subtransaction(|| {
+        for (queued, result) in batch.iter().zip(&results) {
+            write_result(queued, result, version, active.as_deref());
         }
+    });
+    if let Err(e) = &whole {
+        if !e.is_about_the_work() {
+            whole.unwrap_err().raise();
+        }
+    }
+    for (queued, result) in batch.iter().zip(&results) {
+        let failure = match result {
+            Ok(_) if whole.is_ok() => None,
+            Ok(_) => match crate::errors::in_subtransaction(|| {
+                write_result(queued, result, version, active.as_deref())
+            }) {
+                Ok(()) => None,
+                Err(e) if e.is_about_the_work() => {
+                    mark_failed(queued.skill_id, &format!("writing its key: {e}"));
+                    Some(())
+                }
+                Err(e) => e.raise(),
+            },
+            Err(reason) => {
+                if whole.is_err() {
+                    mark_failed(queued.skill_id, reason);
+                }
+                Some(())
+            }
+        };
+        match failure {
+            None => {
+                done.push(queued.skill_id);
+                outcome.embedded += 1;
+            }
+            Some(()) => outcome.failed += 1,
+        }
+    }
+    crate::spi::write(|client| {
         // Only rows still asking for the content embedded here (without row locks, on Citus,
         // a new version may have been queued meanwhile; it stays queued).
         let done_hashes: Vec<String> = batch
@@ -189,7 +199,7 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
         client.update(
             "DELETE FROM skills.embed_queue WHERE skill_id = ANY($1) AND content_hash = ANY($2)",
             None,
-            &[done.into(), done_hashes.into()],
+            &[done.clone().into(), done_hashes.into()],
         )?;
         outcome.seconds = started.elapsed().as_secs_f64();
         client.update(
@@ -208,6 +218,57 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
         Ok::<_, pgrx::spi::Error>(())
     });
     Ok(outcome)
+}
+
+/// Writes one queued skill's key, or marks it failed with the encoder's reason.
+fn write_result(
+    queued: &Queued,
+    result: &Result<Vec<f32>, String>,
+    version: Option<i32>,
+    active: Option<&pg_skills_kernels::compressor::Compressor>,
+) {
+    match result {
+        Ok(embedding) => {
+            let key = compressor::skill_key(active, embedding);
+            crate::spi::write(|client| {
+                client
+                    .update(
+                        "INSERT INTO skills.skill_key AS k \
+                         (skill_id, content_hash, embedding, k0, compressor_version) \
+                     VALUES ($1, $2, $3, skills.key($4), $5) \
+                     ON CONFLICT (skill_id) DO UPDATE SET \
+                         content_hash = EXCLUDED.content_hash, embedding = EXCLUDED.embedding, \
+                         k0 = EXCLUDED.k0, compressor_version = EXCLUDED.compressor_version, \
+                         embedded_at = EXCLUDED.embedded_at",
+                        None,
+                        &[
+                            queued.skill_id.into(),
+                            queued.content_hash.as_str().into(),
+                            embedding.clone().into(),
+                            key.into(),
+                            version.into(),
+                        ],
+                    )
+                    .map(|_| ())
+            });
+        }
+        Err(reason) => mark_failed(queued.skill_id, reason),
+    }
+}
+
+/// Leaves `skill_id` in the queue with the reason it failed (not taken again until its content
+/// changes).
+fn mark_failed(skill_id: i64, reason: &str) {
+    crate::spi::write(|client| {
+        client
+            .update(
+                "UPDATE skills.embed_queue SET failed_reason = $2, failed_at = now() \
+                 WHERE skill_id = $1",
+                None,
+                &[skill_id.into(), reason.into()],
+            )
+            .map(|_| ())
+    });
 }
 
 /// Embeds queued skills now, in this transaction (databases without the worker, tests, bulk

@@ -45,7 +45,7 @@ pub extern "C-unwind" fn pg_skills_fitter_main(_arg: pg_sys::Datum) {
             continue;
         }
         let outcome = BackgroundWorker::transaction(|| {
-            crate::bgworker::in_subtransaction(|| {
+            crate::errors::in_subtransaction(|| {
                 crate::bgworker::as_worker_role(WORKER_TYPE, || look(interval));
             })
         });

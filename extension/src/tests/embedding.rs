@@ -70,6 +70,47 @@ mod tests {
 
     /// Where copies of one content can be stored (Citus: no unique constraint), the embedder
     /// merges them before keying: one skill, one key.
+    /// A key that cannot be written (here a trigger someone put on skills.skill_key refuses
+    /// it) leaves that skill failed with the error and the others keyed. Before, the ERROR
+    /// ended `embed_pending` (and, in the worker, the worker, which took the same batch again
+    /// after its restart, so the queue stalled on that skill).
+    #[pg_test]
+    fn a_key_that_cannot_be_written_fails_that_skill_alone() {
+        if !have_model() {
+            return;
+        }
+        let ok = insert("plain", "format a date in Python", "use strftime");
+        let refused = insert("refused", "a skill whose key a trigger refuses", "none");
+        let other = insert("other", "parse JSON in Rust", "use serde_json");
+        exec(&format!(
+            "CREATE FUNCTION public.refuse_key() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF NEW.skill_id = {refused} THEN \
+                 RAISE EXCEPTION 'keys of skill % are refused here', NEW.skill_id; END IF; \
+             RETURN NEW; END $$; \
+             CREATE TRIGGER refuse_key BEFORE INSERT ON skills.skill_key \
+                 FOR EACH ROW EXECUTE FUNCTION public.refuse_key()"
+        ));
+        assert_eq!(one::<i64>("SELECT skills.embed_pending()"), 2);
+        let keyed: Vec<i64> =
+            one("SELECT array_agg(skill_id ORDER BY skill_id) FROM skills.skill_key");
+        assert_eq!(keyed, vec![ok, other]);
+        let reason: String = one(&format!(
+            "SELECT failed_reason FROM skills.embed_queue WHERE skill_id = {refused}"
+        ));
+        assert!(
+            reason.contains(&format!("keys of skill {refused} are refused here")),
+            "{reason}"
+        );
+        assert_eq!(one::<i64>("SELECT failed FROM skills.embedder_status"), 1);
+        // The failed skill is not taken again; a content change queues it again.
+        assert_eq!(one::<i64>("SELECT skills.embed_pending()"), 0);
+        exec("DROP TRIGGER refuse_key ON skills.skill_key");
+        exec(&format!(
+            "UPDATE skills.skill SET instructions = 'now allowed' WHERE id = {refused}"
+        ));
+        assert_eq!(one::<i64>("SELECT skills.embed_pending()"), 1);
+    }
+
     #[pg_test]
     fn embed_pending_merges_copies_before_keying() {
         if !have_model() {
