@@ -81,12 +81,9 @@ const SKILLS: &[(&str, &str)] = &[
     ),
 ];
 
-#[test]
-fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_them() {
-    if skip_without_model() {
-        return;
-    }
-    let cluster = Cluster::start_with("fitter", 54372, CONF);
+/// A server with the workers running, the extension, SKILLS keyed and the fitter up.
+fn cluster_with_skills(name: &str, port: u16) -> (Cluster, Client) {
+    let cluster = Cluster::start_with(name, port, CONF);
     let mut admin = cluster.client();
     setup_extension(&mut admin);
     for (name, description) in SKILLS {
@@ -107,6 +104,15 @@ fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_t
         "the fitter in pg_stat_activity",
         "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'pg_skills fitter')",
     );
+    (cluster, admin)
+}
+
+#[test]
+fn the_fitter_worker_publishes_rounds_that_search_reads_and_dump_restore_keeps_them() {
+    if skip_without_model() {
+        return;
+    }
+    let (cluster, mut admin) = cluster_with_skills("fitter", 54372);
     let query = "my tests fail since I merged a branch";
     let before = keyopt(&mut admin, query);
     assert_ne!(before[0].0, "git-bisect", "{before:?}");
@@ -273,27 +279,7 @@ fn a_failing_fit_keeps_the_worker_up_and_backs_off() {
     if skip_without_model() {
         return;
     }
-    let cluster = Cluster::start_with("fitter-failing", 54373, CONF);
-    let mut admin = cluster.client();
-    setup_extension(&mut admin);
-    for (name, description) in SKILLS {
-        admin
-            .execute(
-                "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, '')",
-                &[name, description],
-            )
-            .unwrap();
-    }
-    wait_for(
-        &mut admin,
-        "keys",
-        "SELECT queued = 0 AND done = 5 FROM skills.embedder_status",
-    );
-    wait_for(
-        &mut admin,
-        "the fitter in pg_stat_activity",
-        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'pg_skills fitter')",
-    );
+    let (cluster, mut admin) = cluster_with_skills("fitter-failing", 54373);
     let pid = fitter_pid(&mut admin);
     for statement in [
         "ALTER SYSTEM SET pg_skills.relevance_function = 'public.no_such_relevance'",
