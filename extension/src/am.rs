@@ -222,6 +222,33 @@ pub fn is_index_of(index: pg_sys::Relation, am: &str) -> bool {
     }
 }
 
+/// The valid and ready indexes of `table` built with access method `am`, in OID order (as
+/// `skills.bm25_index()` lists them). Each index is opened for a moment with AccessShareLock,
+/// as planning a query on the table does.
+pub fn valid_indexes_of(table: pg_sys::Oid, am: &str) -> Vec<pg_sys::Oid> {
+    let mut found = Vec::new();
+    // SAFETY: the table and each index are opened with AccessShareLock and closed before the
+    // next is read; the index list is a palloc'd copy the relation cache gives the caller, read
+    // with the list accessors for its length, and the pointers read are the open relations'.
+    unsafe {
+        let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let list = pg_sys::RelationGetIndexList(rel);
+        let n = if list.is_null() { 0 } else { (*list).length };
+        for i in 0..n {
+            let oid = pg_sys::list_nth_oid(list, i);
+            let index = pg_sys::index_open(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            let form = (*index).rd_index;
+            if is_index_of(index, am) && (*form).indisvalid && (*form).indisready {
+                found.push(oid);
+            }
+            pg_sys::index_close(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        }
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    }
+    found.sort_by_key(|o| o.to_u32());
+    found
+}
+
 /// What a function given an index by name or OID does with it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum IndexUse {

@@ -180,9 +180,24 @@ thread_local! {
 
 /// Whether statements may run on kept plans: not with Citus in the database.
 pub fn plans_may_be_kept() -> bool {
+    !citus_installed()
+}
+
+/// Whether the Citus extension is installed in this database.
+pub fn citus_installed() -> bool {
     // SAFETY: a catalog lookup (pg_extension by name) on the backend's thread inside a
     // transaction (SPI needs one).
-    unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) == pg_sys::InvalidOid }
+    unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) != pg_sys::InvalidOid }
+}
+
+/// `skills.is_distributed(table)`: false without a statement where Citus is not installed.
+pub fn is_distributed(table: &str) -> bool {
+    citus_installed()
+        && select_one::<bool>(
+            "SELECT skills.is_distributed($1::regclass)",
+            &[table.into()],
+        )
+        .unwrap_or(false)
 }
 
 /// Runs read-only `sql` with `args` in `client` (inside [`read`]) on a plan this backend keeps

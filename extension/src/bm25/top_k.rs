@@ -333,9 +333,7 @@ fn bm25_top_k(
         );
     }
     crate::guc::check_query_size(query);
-    if crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.skill')", &[])
-        .unwrap_or(false)
-    {
+    if crate::spi::is_distributed("skills.skill") {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             "skills.bm25_top_k reads one node's index; skills.skill is distributed",

@@ -37,9 +37,7 @@ fn take_batch(limit: i64) -> Vec<Queued> {
     // On Citus (docs/citus.md) the queue is distributed and row locks cannot be taken across
     // shards: embedders on the coordinator take turns on an advisory lock instead, and a
     // worker node leaves the queue to the coordinator (its shard rows are the coordinator's).
-    let distributed =
-        crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.embed_queue')", &[])
-            .unwrap_or(false);
+    let distributed = crate::spi::is_distributed("skills.embed_queue");
     if distributed && !on_citus_coordinator() {
         return Vec::new();
     }

@@ -103,9 +103,7 @@ fn rebuild_stale_graph() -> Pass {
     }
     // On a Citus worker node the keys are the cluster's (metadata is synced there) but the
     // graph is the coordinator's: its embedder rebuilds it.
-    let distributed =
-        crate::spi::select_one::<bool>("SELECT skills.is_distributed('skills.skill_key')", &[])
-            .unwrap_or(false);
+    let distributed = crate::spi::is_distributed("skills.skill_key");
     if distributed && !super::queue::on_citus_coordinator() {
         return Pass::Idle;
     }

@@ -92,8 +92,24 @@ fn bm25(query: &str, categories: Option<Vec<String>>, depth: Option<usize>) -> V
     )
 }
 
-/// The bm25 index on skills.skill (None: there is none), and whether Citus distributes the table.
+/// The bm25 index on skills.skill (None: there is none), and whether Citus distributes the table:
+/// what `skills.bm25_index()` and `skills.is_distributed('skills.skill')` answer, read from the
+/// relation cache without a statement where Citus is not installed (every search asks).
 pub fn bm25_index() -> (Option<pgrx::pg_sys::Oid>, bool) {
+    let table = crate::bm25::top_k::skill_table();
+    if table == pgrx::pg_sys::InvalidOid || crate::spi::citus_installed() {
+        return bm25_index_by_statement();
+    }
+    let valid = crate::am::valid_indexes_of(table, "bm25");
+    if valid.len() > 1 {
+        // The SQL function's error, with the indexes it names.
+        return bm25_index_by_statement();
+    }
+    (valid.first().copied(), false)
+}
+
+/// [`bm25_index`] through the SQL functions (Citus, or an error to report).
+fn bm25_index_by_statement() -> (Option<pgrx::pg_sys::Oid>, bool) {
     crate::spi::read(|client| {
         let row = client
             .select(

@@ -7,6 +7,37 @@ mod tests {
     use crate::tests::helpers::*;
     use pgrx::prelude::*;
 
+    /// The bm25 index a search reads is found in the relation cache, and it is the one
+    /// `skills.bm25_index()` names: with the extension's index, with none, with another one
+    /// and with another one built in its place.
+    #[pg_test]
+    fn searches_find_the_bm25_index_the_sql_function_names() {
+        let sql = || -> Option<pg_sys::Oid> {
+            Spi::get_one::<pg_sys::Oid>("SELECT skills.bm25_index()::oid").unwrap()
+        };
+        let rust = || crate::search::rank::bm25_index();
+        assert!(sql().is_some());
+        assert_eq!(rust(), (sql(), false));
+        without_index();
+        assert_eq!(sql(), None);
+        assert_eq!(rust(), (None, false));
+        exec(
+            "CREATE INDEX other_bm25 ON skills.skill USING bm25 \
+             ((ARRAY[name, description, instructions]))",
+        );
+        assert!(sql().is_some());
+        assert_eq!(rust(), (sql(), false));
+    }
+
+    #[pg_test(error = "skills.skill has 2 bm25 indexes: {skills.skill_bm25,skills.other_bm25}")]
+    fn a_search_with_two_bm25_indexes_names_both() {
+        exec(
+            "CREATE INDEX other_bm25 ON skills.skill USING bm25 \
+             ((ARRAY[name, description, instructions]))",
+        );
+        crate::search::rank::bm25_index();
+    }
+
     #[pg_test]
     fn bm25_index_agrees_with_reference_and_seqscan() {
         without_index();
