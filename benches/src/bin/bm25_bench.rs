@@ -556,6 +556,9 @@ fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: u
     merge_all(&store, &NoReaders).unwrap();
     let kernel_build = t.elapsed().as_secs_f64();
     let pages = store.num_pages();
+    // Searches read the pages in place, as the server reads a buffer's page (`MemoryStore`
+    // copies every page it reads).
+    let store = store.freeze();
     let (tantivy_build, tantivy) = tantivy_index(docs);
 
     let mut cache = DocTableCache::default();

@@ -86,6 +86,9 @@ fn main() {
     let mut loader = BulkLoader::new(&store, meta);
     loader.add_batch(&centroids, &assignment, &tids, &keys16);
     let meta = loader.finish();
+    // Searches read the pages in place, as the server reads a buffer's page (`MemoryStore`
+    // copies every page it reads).
+    let store = store.freeze();
     eprintln!(
         "{n} keys, {lists} lists, built in {:.1} s",
         t.elapsed().as_secs_f64()
