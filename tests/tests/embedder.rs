@@ -362,3 +362,63 @@ fn a_crash_mid_queue_loses_and_repeats_nothing() {
         "seed {seed}: each skill keyed exactly once across the crash"
     );
 }
+
+/// A pass that fails with an ERROR about the server's state (here a trigger on
+/// skills.skill_key raising disk_full) is rolled back and shown in last_error, the skills stay
+/// queued, and the worker stays up with its model loaded; once the cause is gone it keys them.
+/// Before, the ERROR ended the worker, which the postmaster started again every 10 s.
+#[test]
+fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
+    if skip_without_model() {
+        return;
+    }
+    let cluster = Cluster::start_with("embedder-failing", 54374, WORKER_CONF);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    wait_until(&mut admin, "the worker", Duration::from_secs(60), |c| {
+        let pid: Option<i32> = c
+            .query_one("SELECT worker_pid FROM skills.embedder_status", &[])
+            .unwrap()
+            .get(0);
+        pid.is_some()
+    });
+    let worker_pid = |c: &mut Client| -> Option<i32> {
+        c.query_one("SELECT worker_pid FROM skills.embedder_status", &[])
+            .unwrap()
+            .get(0)
+    };
+    let pid = worker_pid(&mut admin);
+    admin
+        .batch_execute(
+            "CREATE FUNCTION public.no_room() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'no room for keys today' USING ERRCODE = 'disk_full'; END $$; \
+             CREATE TRIGGER no_room BEFORE INSERT ON skills.skill_key \
+                 FOR EACH ROW EXECUTE FUNCTION public.no_room();",
+        )
+        .unwrap();
+    let mut rng = Rng(seed("embedder_failing_pass"));
+    insert_random(&mut admin, &mut rng, 3, "f");
+    wait_until(
+        &mut admin,
+        "the error reported",
+        Duration::from_secs(120),
+        |c| {
+            status(c)
+                .4
+                .is_some_and(|e| e.contains("no room for keys today"))
+        },
+    );
+    // Long enough for a worker that ended to be back with a new pid.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(worker_pid(&mut admin), pid, "the worker stayed up");
+    let (queued, failed, done, _, _) = status(&mut admin);
+    assert_eq!((queued, failed, done), (3, 0, 0), "the skills stay queued");
+    admin
+        .batch_execute("DROP TRIGGER no_room ON skills.skill_key")
+        .unwrap();
+    wait_until(&mut admin, "3 keys", Duration::from_secs(120), |c| {
+        let s = status(c);
+        s.0 == 0 && s.2 == 3
+    });
+    assert_eq!(worker_pid(&mut admin), pid);
+}

@@ -2,8 +2,9 @@
 //!
 //! It connects to `pg_skills.embedder_database` and drains `skills.embed_queue` one batch per
 //! transaction (see `queue`), straight on while there is work; when idle it waits, doubling the
-//! wait from 100 ms up to `pg_skills.embedder_naptime`. A model that cannot be loaded is
-//! reported in `skills.embedder_status.last_error` and retried after a full naptime. The queue is
+//! wait from 100 ms up to `pg_skills.embedder_naptime`. A model that cannot be loaded, or a pass
+//! that fails with an ERROR (rolled back), is reported in `skills.embedder_status.last_error`
+//! and retried after a full naptime. The queue is
 //! a table, so a restart (or a crash) resumes where the last committed batch ended.
 
 use std::time::Duration;
@@ -44,7 +45,17 @@ pub extern "C-unwind" fn pg_skills_embedder_main(_arg: pg_sys::Datum) {
         super::encoder_pool(super::configured_encoder_threads(), 0);
         let naptime = Duration::from_millis(guc::EMBEDDER_NAPTIME_MS.get() as u64);
         wait = match BackgroundWorker::transaction(|| {
-            crate::bgworker::as_worker_role(WORKER_TYPE, one_pass).unwrap_or(Pass::Failed)
+            // An ERROR in a pass (the server out of disk while writing keys, say) is rolled back
+            // and recorded, and the worker waits a naptime, keeping its model loaded: ending
+            // the worker would load it again after a restart 10 s later.
+            let mut pass = Pass::Failed;
+            if let Err(e) = crate::errors::in_subtransaction(|| {
+                pass =
+                    crate::bgworker::as_worker_role(WORKER_TYPE, one_pass).unwrap_or(Pass::Failed);
+            }) {
+                record_error(&e.to_string());
+            }
+            pass
         }) {
             Pass::Worked => Duration::ZERO,
             Pass::Idle => (wait * 2).clamp(FIRST_IDLE_WAIT, naptime.max(FIRST_IDLE_WAIT)),
