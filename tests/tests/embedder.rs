@@ -41,6 +41,14 @@ fn wait_until(
     }
 }
 
+/// The embedder worker's pid (None: not running).
+fn worker_pid(client: &mut Client) -> Option<i32> {
+    client
+        .query_one("SELECT worker_pid FROM skills.embedder_status", &[])
+        .unwrap()
+        .get(0)
+}
+
 fn skills(client: &mut Client) -> i64 {
     client
         .query_one("SELECT count(*) FROM skills.skill", &[])
@@ -175,10 +183,7 @@ fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
         let s = status(c);
         s.0 == 0 && s.2 == 40
     });
-    let pid: Option<i32> = admin
-        .query_one("SELECT worker_pid FROM skills.embedder_status", &[])
-        .unwrap()
-        .get(0);
+    let pid = worker_pid(&mut admin);
     assert!(pid.is_some(), "the worker shows in pg_stat_activity");
     // The worker's encoder threads: one per core, then as many as pg_skills.embedder_threads.
     let pid = pid.unwrap();
@@ -376,17 +381,8 @@ fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
     let mut admin = cluster.client();
     setup_extension(&mut admin);
     wait_until(&mut admin, "the worker", Duration::from_secs(60), |c| {
-        let pid: Option<i32> = c
-            .query_one("SELECT worker_pid FROM skills.embedder_status", &[])
-            .unwrap()
-            .get(0);
-        pid.is_some()
+        worker_pid(c).is_some()
     });
-    let worker_pid = |c: &mut Client| -> Option<i32> {
-        c.query_one("SELECT worker_pid FROM skills.embedder_status", &[])
-            .unwrap()
-            .get(0)
-    };
     let pid = worker_pid(&mut admin);
     admin
         .batch_execute(

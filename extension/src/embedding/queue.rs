@@ -140,7 +140,6 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
     let results = embed_isolating(encoder, &texts)?;
     let (version, active) = active_compressor();
     let mut outcome = BatchOutcome::default();
-    let mut done: Vec<i64> = Vec::new();
     // Each skill's key, or its encoder failure, in one subtransaction for the batch. An ERROR
     // there that is the work's own (a trigger or a constraint someone put on skills.skill_key,
     // a key the type refuses) would otherwise end the worker, which would take the same batch
@@ -148,44 +147,37 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
     // per subtransaction, and the skill whose write fails so is marked failed with the error.
     // An ERROR about the server's state (a full disk, a deadlock) is raised as before: the
     // skills stay queued for a later try.
-    let whole = crate::errors::in_subtransaction(|| {
-        for (queued, result) in batch.iter().zip(&results) {
-            write_result(queued, result, version, active.as_deref());
-        }
-    });
-    if let Err(e) = &whole {
-        if !e.is_about_the_work() {
-            whole.unwrap_err().raise();
-        }
-    }
-    for (queued, result) in batch.iter().zip(&results) {
-        let failure = match result {
-            Ok(_) if whole.is_ok() => None,
-            Ok(_) => match crate::errors::in_subtransaction(|| {
-                write_result(queued, result, version, active.as_deref())
-            }) {
-                Ok(()) => None,
-                Err(e) if e.is_about_the_work() => {
-                    mark_failed(queued.skill_id, &format!("writing its key: {e}"));
-                    Some(())
+    let write = |queued: &Queued, result: &Result<Vec<f32>, String>| {
+        write_result(queued, result, version, active.as_deref())
+    };
+    let keyed: Vec<bool> = match crate::errors::in_subtransaction(|| {
+        batch.iter().zip(&results).for_each(|(q, r)| write(q, r))
+    }) {
+        Ok(()) => results.iter().map(Result::is_ok).collect(),
+        Err(e) if !e.is_about_the_work() => e.raise(),
+        Err(_) => batch
+            .iter()
+            .zip(&results)
+            .map(|(queued, result)| {
+                match crate::errors::in_subtransaction(|| write(queued, result)) {
+                    Ok(()) => result.is_ok(),
+                    Err(e) if e.is_about_the_work() => {
+                        mark_failed(queued.skill_id, &format!("writing its key: {e}"));
+                        false
+                    }
+                    Err(e) => e.raise(),
                 }
-                Err(e) => e.raise(),
-            },
-            Err(reason) => {
-                if whole.is_err() {
-                    mark_failed(queued.skill_id, reason);
-                }
-                Some(())
-            }
-        };
-        match failure {
-            None => {
-                done.push(queued.skill_id);
-                outcome.embedded += 1;
-            }
-            Some(()) => outcome.failed += 1,
-        }
-    }
+            })
+            .collect(),
+    };
+    let done: Vec<i64> = batch
+        .iter()
+        .zip(&keyed)
+        .filter(|(_, &k)| k)
+        .map(|(q, _)| q.skill_id)
+        .collect();
+    outcome.embedded = done.len() as i64;
+    outcome.failed = (batch.len() - done.len()) as i64;
     crate::spi::write(|client| {
         // Only rows still asking for the content embedded here (without row locks, on Citus,
         // a new version may have been queued meanwhile; it stays queued).
@@ -197,7 +189,7 @@ pub fn embed_batch(encoder: &Encoder, limit: i64) -> Result<BatchOutcome, Encode
         client.update(
             "DELETE FROM skills.embed_queue WHERE skill_id = ANY($1) AND content_hash = ANY($2)",
             None,
-            &[done.clone().into(), done_hashes.into()],
+            &[done.into(), done_hashes.into()],
         )?;
         outcome.seconds = started.elapsed().as_secs_f64();
         client.update(
@@ -232,12 +224,13 @@ fn write_result(
                 client
                     .update(
                         "INSERT INTO skills.skill_key AS k \
-                         (skill_id, content_hash, embedding, k0, compressor_version) \
-                     VALUES ($1, $2, $3, skills.key($4), $5) \
-                     ON CONFLICT (skill_id) DO UPDATE SET \
-                         content_hash = EXCLUDED.content_hash, embedding = EXCLUDED.embedding, \
-                         k0 = EXCLUDED.k0, compressor_version = EXCLUDED.compressor_version, \
-                         embedded_at = EXCLUDED.embedded_at",
+                             (skill_id, content_hash, embedding, k0, compressor_version) \
+                         VALUES ($1, $2, $3, skills.key($4), $5) \
+                         ON CONFLICT (skill_id) DO UPDATE SET \
+                             content_hash = EXCLUDED.content_hash, \
+                             embedding = EXCLUDED.embedding, k0 = EXCLUDED.k0, \
+                             compressor_version = EXCLUDED.compressor_version, \
+                             embedded_at = EXCLUDED.embedded_at",
                         None,
                         &[
                             queued.skill_id.into(),
