@@ -45,7 +45,8 @@ struct Args {
     /// takes seconds.
     #[arg(long)]
     fts_queries: Option<usize>,
-    /// Time only pg_skills (no FTS, no tantivy): for profiling.
+    /// Time only pg_skills (no FTS, no tantivy; in `--in-process`, no tantivy index): for
+    /// profiling.
     #[arg(long)]
     bm25_only: bool,
     /// Leave out built-in FTS (pg_skills and tantivy only; at 1M one FTS query takes seconds).
@@ -244,7 +245,10 @@ fn main() {
     if args.in_process {
         for &n in &args.sizes {
             let docs = synthetic(&base, &vocab, n);
-            println!("{}", in_process(&docs, &queries, &query_terms, args.passes));
+            println!(
+                "{}",
+                in_process(&docs, &queries, &query_terms, args.passes, !args.bm25_only)
+            );
         }
         return;
     }
@@ -525,7 +529,13 @@ fn main() {
 
 /// The kernel's index (pages in memory, built as CREATE INDEX builds it) against tantivy, both
 /// in this process, the same documents and queries, query by query alternating between them.
-fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: usize) -> String {
+fn in_process(
+    docs: &[Doc],
+    queries: &[String],
+    query_terms: &[usize],
+    passes: usize,
+    with_tantivy: bool,
+) -> String {
     use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize, merge_all};
     use pg_skills_kernels::bm25index::segment::SegmentBuilder;
     use pg_skills_kernels::bm25index::{
@@ -559,7 +569,13 @@ fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: u
     // Searches read the pages in place, as the server reads a buffer's page (`MemoryStore`
     // copies every page it reads).
     let store = store.freeze();
-    let (tantivy_build, tantivy) = tantivy_index(docs);
+    let (tantivy_build, tantivy) = if with_tantivy {
+        let (build, index) = tantivy_index(docs);
+        (build, Some(index))
+    } else {
+        (f64::NAN, None)
+    };
+    eprintln!("built in {kernel_build:.1} s; searching");
 
     let mut cache = DocTableCache::default();
     let mut kernel_lat: HashMap<&str, Vec<f64>> = HashMap::new();
@@ -578,7 +594,9 @@ fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: u
             }
             let k = t.elapsed().as_secs_f64() * 1e3;
             let t = Instant::now();
-            std::hint::black_box(tantivy.search(q));
+            if let Some(tantivy) = &tantivy {
+                std::hint::black_box(tantivy.search(q));
+            }
             let tv = t.elapsed().as_secs_f64() * 1e3;
             if last {
                 let b = bucket(query_terms[i]);
@@ -606,6 +624,13 @@ fn in_process(docs: &[Doc], queries: &[String], query_terms: &[usize], passes: u
     ));
     for (b, kl, tl) in buckets {
         let (k50, k95, k99) = latencies_ms(kl.clone());
+        if tantivy.is_none() {
+            report += &format!(
+                "| {b} | {} | {k50:.3} / {k95:.3} / {k99:.3} | not run | |\n",
+                kl.len()
+            );
+            continue;
+        }
         let (t50, t95, t99) = latencies_ms(tl);
         report += &format!(
             "| {b} | {} | {k50:.3} / {k95:.3} / {k99:.3} | {t50:.3} / {t95:.3} / {t99:.3} | {:.2}× |\n",

@@ -382,4 +382,29 @@ fn skip_entries_that_disagree_with_the_list_are_corruption() {
     });
     let err = walk(&damaged).unwrap_err();
     assert!(err.what.contains("next block is missing"), "{err}");
+
+    // A negative best score, and an entry that points inside a page header: the entries are
+    // read with one check for all of a page, and such a page is read again to say which.
+    let damaged = built_index();
+    let (blkno, at) = second(&damaged);
+    damaged.overwrite(blkno, |page| {
+        page[at + 4..at + 8].copy_from_slice(&(-1f32).to_le_bytes())
+    });
+    let err = walk(&damaged).unwrap_err();
+    assert!(
+        err.what.contains("a skip entry's best score is -1"),
+        "{err}"
+    );
+    assert_eq!(err.block, Some(blkno));
+    let damaged = built_index();
+    let (blkno, at) = second(&damaged);
+    damaged.overwrite(blkno, |page| {
+        page[at + 12..at + 14].copy_from_slice(&2u16.to_le_bytes())
+    });
+    let err = walk(&damaged).unwrap_err();
+    assert!(
+        err.what.contains("a skip entry points at offset 2"),
+        "{err}"
+    );
+    assert_eq!(err.block, Some(blkno));
 }

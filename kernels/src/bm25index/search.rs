@@ -9,7 +9,7 @@
 //! that tie the k-th score are still compared by TID: the result is exactly the sequential
 //! scorer's top-k.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, OnceLock};
 
@@ -19,6 +19,7 @@ use super::dictionary::TermInfo;
 use super::document::{stored_length, sum_of_terms, FieldCounts, QueryStats, Scorer};
 use super::format::{Corrupt, Meta, Tid};
 use super::segment::{written_avg_length, PostingCursor, SegmentReader, END};
+use super::skips::SkipEntry;
 use crate::page::{BlockNumber, PageRead, NO_BLOCK};
 
 /// A segment's document table in memory — what scoring reads for every candidate — so a query
@@ -599,29 +600,17 @@ fn one_term<S: PageRead>(
     if list_bound < top.threshold() {
         return Ok(());
     }
-    // Blocks by max_saturated, the largest first (earlier blocks first among equal ones), from a
-    // heap: only the few blocks above the k-th score are ever taken. max_saturated is ≥ 0
-    // (checked when read), where an f32's bits order as its value does (a -0.0 is taken as 0).
-    let mut best: BinaryHeap<(u32, Reverse<usize>)> = cursor
-        .block_entries()?
-        .iter()
-        .enumerate()
-        .map(|(j, e)| {
-            let key = if e.max_saturated > 0.0 {
-                e.max_saturated.to_bits()
-            } else {
-                0
-            };
-            (key, Reverse(j))
-        })
-        .collect();
+    // Blocks by max_saturated, the largest first (earlier blocks first among equal ones). Only
+    // the few blocks above the k-th score are ever taken, so they are picked a few at a time
+    // by `BestBlocks` instead of ordering every entry of a list of thousands of blocks.
+    let mut best = BestBlocks::new(cursor.block_entries()?);
     // The bound from max_saturated alone falls in that order, so the first one below the k-th
     // score ends the walk; a block's full bound from its header (lower still, or the only one
     // where an average length is 0) decides whether it is decoded.
-    while let Some((key, Reverse(j))) = best.pop() {
+    while let Some((saturated, j)) = best.next(cursor.block_entries()?) {
         let theta = top.threshold();
         if scorer
-            .saturated_bound(index, f32::from_bits(key), written_avg)
+            .saturated_bound(index, saturated, written_avg)
             .is_some_and(|bound| bound < theta)
         {
             break;
@@ -645,6 +634,89 @@ fn one_term<S: PageRead>(
         }
     }
     Ok(())
+}
+
+/// A list's blocks in the order a one-word search takes them: `max_saturated` falling, the
+/// earlier block first among equal ones. Each entry's place in that order is one `u64`
+/// (`max_saturated`'s bits, which order as the value does for a value ≥ 0 (a -0.0 taken as 0),
+/// above the complement of the block's number), so the order is strict. The blocks are picked
+/// in rounds: a round keeps the largest keys below the last round's smallest in one pass over
+/// the entries, each round twice as many as the one before, since the walk mostly stops within
+/// the first few blocks.
+struct BestBlocks {
+    /// This round's keys, the largest first; `taken` of them are taken.
+    round: Vec<u64>,
+    taken: usize,
+    /// Keys below this one are left for later rounds (`u64::MAX`: no round yet).
+    below: u64,
+    exhausted: bool,
+}
+
+impl BestBlocks {
+    const FIRST_ROUND: usize = 16;
+
+    fn new(entries: &[SkipEntry]) -> Self {
+        let mut best = BestBlocks {
+            round: Vec::with_capacity(Self::FIRST_ROUND),
+            taken: 0,
+            below: u64::MAX,
+            exhausted: entries.is_empty(),
+        };
+        best.fill(entries, Self::FIRST_ROUND);
+        best
+    }
+
+    fn key(j: usize, e: &SkipEntry) -> u64 {
+        let bits = if e.max_saturated > 0.0 {
+            e.max_saturated.to_bits()
+        } else {
+            0
+        };
+        (u64::from(bits) << 32) | u64::from(u32::MAX - j as u32)
+    }
+
+    /// The next block: its `max_saturated` and its number. `entries` are the ones `new` got.
+    fn next(&mut self, entries: &[SkipEntry]) -> Option<(f32, usize)> {
+        if self.taken == self.round.len() {
+            if self.exhausted {
+                return None;
+            }
+            let size = (self.round.len() * 2).max(Self::FIRST_ROUND);
+            self.fill(entries, size);
+            if self.round.is_empty() {
+                return None;
+            }
+        }
+        let key = self.round[self.taken];
+        self.taken += 1;
+        Some((
+            f32::from_bits((key >> 32) as u32),
+            (u32::MAX - key as u32) as usize,
+        ))
+    }
+
+    /// The next round: the `size` largest keys below `self.below`, largest first.
+    fn fill(&mut self, entries: &[SkipEntry], size: usize) {
+        let below = self.below;
+        let round = &mut self.round;
+        round.clear();
+        for (j, e) in entries.iter().enumerate() {
+            let key = Self::key(j, e);
+            if key >= below || (round.len() == size && key <= round[size - 1]) {
+                continue;
+            }
+            let at = round.partition_point(|&k| k > key);
+            if round.len() == size {
+                round.pop();
+            }
+            round.insert(at, key);
+        }
+        self.taken = 0;
+        self.exhausted = round.len() < size;
+        if let Some(&last) = round.last() {
+            self.below = last;
+        }
+    }
 }
 
 /// True when a partial sum (added in another order than the final score) is certainly below θ.
@@ -703,4 +775,48 @@ pub fn documents_after<S: PageRead>(
     out.sort_unstable();
     out.dedup_by_key(|(tid, _)| *tid);
     Ok((out, more))
+}
+
+#[cfg(test)]
+mod best_blocks_tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    fn entry(max_saturated: f32) -> SkipEntry {
+        SkipEntry {
+            last_doc: 0,
+            max_saturated,
+            at: (0, 0),
+        }
+    }
+
+    /// Every block once, in the order of a full sort by (max_saturated falling, block rising),
+    /// over lists shorter and far longer than a round, with many equal values, zeros and -0.0.
+    #[test]
+    fn blocks_come_in_the_order_of_a_full_sort() {
+        let mut rng = SplitMix64(5);
+        for n in [0usize, 1, 2, 15, 16, 17, 33, 100, 1_000, 5_000] {
+            for distinct in [1u64, 3, 50, 1 << 20] {
+                let entries: Vec<SkipEntry> = (0..n)
+                    .map(|i| match i % 97 {
+                        0 => entry(-0.0),
+                        1 => entry(0.0),
+                        _ => entry((rng.next_u64() % distinct) as f32 / 7.0),
+                    })
+                    .collect();
+                let mut expected: Vec<(f32, usize)> = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(j, e)| (e.max_saturated.max(0.0).abs(), j))
+                    .collect();
+                expected.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                let mut best = BestBlocks::new(&entries);
+                let mut got = Vec::new();
+                while let Some((saturated, j)) = best.next(&entries) {
+                    got.push((saturated, j));
+                }
+                assert_eq!(got, expected, "{n} blocks, {distinct} distinct values");
+            }
+        }
+    }
 }

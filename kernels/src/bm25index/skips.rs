@@ -52,14 +52,27 @@ impl SkipEntry {
         w.u16(self.at.1);
     }
 
-    /// Reads and checks one entry's fields.
-    fn read(bytes: &[u8; SKIP_ENTRY_SIZE]) -> Result<SkipEntry, Corrupt> {
+    /// The entry's fields as stored, unchecked.
+    fn decode(bytes: &[u8; SKIP_ENTRY_SIZE]) -> SkipEntry {
         let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-        let entry = SkipEntry {
+        SkipEntry {
             last_doc: u32_at(0),
             max_saturated: f32::from_bits(u32_at(4)),
             at: (u32_at(8), u16::from_le_bytes([bytes[12], bytes[13]])),
-        };
+        }
+    }
+
+    /// Whether the fields can be what a writer stored (what [`Self::read`] checks), without
+    /// building an error: the fast path of [`read_skips`].
+    fn is_plausible(&self) -> bool {
+        self.max_saturated.is_finite()
+            && self.max_saturated >= 0.0
+            && self.at.1 as usize >= HEADER_SIZE
+    }
+
+    /// Reads and checks one entry's fields.
+    fn read(bytes: &[u8; SKIP_ENTRY_SIZE]) -> Result<SkipEntry, Corrupt> {
+        let entry = SkipEntry::decode(bytes);
         check_non_negative(entry.max_saturated, "a skip entry's best score")?;
         if (entry.at.1 as usize) < HEADER_SIZE {
             return corrupt(format_args!("a skip entry points at offset {}", entry.at.1));
@@ -71,6 +84,10 @@ impl SkipEntry {
 /// Reads the `n` skip entries starting at `start`, checking that their last documents rise and
 /// stay below `num_docs`. Each page read must hold at least one
 /// entry, so a damaged chain ends after at most `n` pages.
+///
+/// A one-word search over a long list reads thousands of entries, so a page's entries are
+/// decoded and checked in one tight loop that only notes whether all were sound; a page with
+/// an unsound one is read again by [`checked_entries`], which says what is wrong.
 pub fn read_skips<S: PageRead>(
     store: &S,
     start: (BlockNumber, u16),
@@ -93,19 +110,19 @@ pub fn read_skips<S: PageRead>(
             .chunks_exact(SKIP_ENTRY_SIZE)
             .take(n as usize - out.len());
         let before = out.len();
-        for bytes in on_page {
-            let entry =
-                SkipEntry::read(bytes.try_into().expect("an entry's bytes")).in_block(blkno)?;
-            let rising = out.last().is_none_or(|p| entry.last_doc > p.last_doc);
-            if !rising || entry.last_doc >= num_docs {
-                return Err(Corrupt::new(format_args!(
-                    "skip entry ends at document {} (after {:?}, in a segment of {num_docs})",
-                    entry.last_doc,
-                    out.last().map(|p| p.last_doc)
-                ))
-                .in_block(blkno));
-            }
+        let mut previous = out.last().map(|p| p.last_doc);
+        let mut sound = true;
+        for bytes in on_page.clone() {
+            let entry = SkipEntry::decode(bytes.try_into().expect("an entry's bytes"));
+            sound &= entry.is_plausible()
+                & previous.is_none_or(|p| entry.last_doc > p)
+                & (entry.last_doc < num_docs);
+            previous = Some(entry.last_doc);
             out.push(entry);
+        }
+        if !sound {
+            out.truncate(before);
+            checked_entries(on_page, num_docs, &mut out).in_block(blkno)?;
         }
         if out.len() == before {
             return Err(Corrupt::new("a list's skip entries stop short").in_block(blkno));
@@ -113,6 +130,28 @@ pub fn read_skips<S: PageRead>(
         (blkno, offset) = (header.next, HEADER_SIZE as u16);
     }
     Ok(out)
+}
+
+/// Reads `entries` into `out` with every check of [`read_skips`], stopping at the first that
+/// fails.
+fn checked_entries<'a>(
+    entries: impl Iterator<Item = &'a [u8]>,
+    num_docs: u32,
+    out: &mut Vec<SkipEntry>,
+) -> Result<(), Corrupt> {
+    for bytes in entries {
+        let entry = SkipEntry::read(bytes.try_into().expect("an entry's bytes"))?;
+        let rising = out.last().is_none_or(|p| entry.last_doc > p.last_doc);
+        if !rising || entry.last_doc >= num_docs {
+            return Err(Corrupt::new(format_args!(
+                "skip entry ends at document {} (after {:?}, in a segment of {num_docs})",
+                entry.last_doc,
+                out.last().map(|p| p.last_doc)
+            )));
+        }
+        out.push(entry);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
