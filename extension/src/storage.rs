@@ -44,6 +44,9 @@ pub struct BufferStore {
     /// A page count seen earlier: an index never shrinks, so a page below it exists. Asking
     /// the kernel for the size on every read (an lseek) cost ~8 % of a query.
     known_blocks: std::cell::Cell<BlockNumber>,
+    /// Pages this store's write guards hold now (a few at most): a read of one would wait on
+    /// its own exclusive lock forever, so it is refused as corruption.
+    writing: std::cell::RefCell<Vec<BlockNumber>>,
 }
 
 /// Bytes of content per page: the block minus the page header and the special space.
@@ -107,6 +110,7 @@ impl BufferStore {
             fork: pg_sys::ForkNumber::MAIN_FORKNUM,
             mode,
             known_blocks: std::cell::Cell::new(0),
+            writing: Default::default(),
         }
     }
 
@@ -117,6 +121,7 @@ impl BufferStore {
             fork: pg_sys::ForkNumber::INIT_FORKNUM,
             mode: Mode::Build,
             known_blocks: std::cell::Cell::new(0),
+            writing: Default::default(),
         }
     }
 
@@ -234,10 +239,14 @@ impl BufferStore {
                 pg_sys::UnlockReleaseBuffer(buf);
                 self.page_corrupted(blkno, "is not an index page in use (a write to it)");
             }
+            let blkno = pg_sys::BufferGetBlockNumber(buf);
+            self.writing.borrow_mut().push(blkno);
             BufferWrite {
                 buf,
                 state,
                 data: content(page),
+                store: self,
+                blkno,
             }
         }
     }
@@ -277,6 +286,8 @@ pub struct BufferWrite<'s> {
     buf: pg_sys::Buffer,
     state: *mut pg_sys::GenericXLogState,
     data: &'s mut [u8],
+    store: &'s BufferStore,
+    blkno: BlockNumber,
 }
 
 impl Deref for BufferWrite<'_> {
@@ -306,6 +317,10 @@ impl Drop for BufferWrite<'_> {
             }
             pg_sys::UnlockReleaseBuffer(self.buf);
         }
+        let mut writing = self.store.writing.borrow_mut();
+        if let Some(at) = writing.iter().position(|&b| b == self.blkno) {
+            writing.swap_remove(at);
+        }
     }
 }
 
@@ -313,6 +328,12 @@ impl PageRead for BufferStore {
     type ReadGuard<'a> = BufferRead;
 
     fn read(&self, blkno: BlockNumber) -> BufferRead {
+        // A damaged link can name a page this store is writing (a merge's output page): its
+        // share lock would wait on this backend's own exclusive lock, forever and deaf to
+        // cancels. The index code's link checks do not know which pages are being written.
+        if self.writing.borrow().contains(&blkno) {
+            self.page_corrupted(blkno, "is read while this backend writes it");
+        }
         let buf = self.read_buffer(blkno);
         unsafe {
             pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32);

@@ -7,6 +7,26 @@ mod tests {
     use crate::tests::helpers::*;
     use pgrx::prelude::*;
 
+    /// A read of a page the same store holds for writing is an ERROR, not a share lock that
+    /// waits on the backend's own exclusive lock (uninterruptibly: the backend would hang).
+    /// Damaged links can lead there: the kernel's random-damage fuzz met a merge that followed
+    /// an input list into the page it was writing. Before, this test never returned.
+    #[pg_test(error = "index \"skill_bm25\": block 0 is read while this backend writes it")]
+    fn reading_a_page_being_written_is_an_error_not_a_hang() {
+        use pg_skills_kernels::page::{PageRead, PageWrite};
+        let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'skills.skill_bm25'::regclass::oid")
+            .unwrap()
+            .unwrap();
+        // SAFETY: an index of this database, opened and closed (at the transaction's end, the
+        // ERROR's) under a lock that writers take.
+        unsafe {
+            let rel = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+            let store = crate::storage::BufferStore::new(rel, crate::storage::Mode::Logged);
+            let _meta = store.write(0);
+            let _ = store.read(0);
+        }
+    }
+
     /// The bm25 index a search reads is found in the relation cache, and it is the one
     /// `skills.bm25_index()` names: with the extension's index, with none, with another one
     /// and with another one built in its place.
