@@ -16,7 +16,7 @@ use super::format::{
     SegmentDesc, TermScoring, Tid, FIRST_DATA_BLOCK, HEADER_SIZE,
 };
 use super::skips::{blocks_of, has_skips, read_skips, SkipEntry, SKIP_ENTRY_SIZE};
-use crate::page::{check_block, BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
+use crate::page::{check_block_to_read, BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
 
 const DOC_ENTRY_SIZE: usize = Tid::SIZE + 2 + 4 + 8;
 const DOC_DELETED: u16 = 1;
@@ -780,7 +780,7 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     /// one are read from the copy.
     fn load_page(&mut self, blkno: BlockNumber) -> Result<(), Corrupt> {
         crate::interrupt::check();
-        let blkno = check_block(
+        let blkno = check_block_to_read(
             self.store,
             blkno,
             FIRST_DATA_BLOCK,
@@ -983,7 +983,8 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
             // copying a whole page for one block of it costs more than the block's decoding.
             crate::interrupt::check();
             let store = self.store;
-            let blkno = check_block(store, at.0, FIRST_DATA_BLOCK, "a posting list's block")?;
+            let blkno =
+                check_block_to_read(store, at.0, FIRST_DATA_BLOCK, "a posting list's block")?;
             let page = store.read(blkno);
             let page_header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
             let page = &page[..page_header.used as usize];

@@ -18,7 +18,7 @@ use super::format::{
     check_non_negative, corrupt, ByteWriter, Corrupt, InBlock, PageHeader, PageKind,
     FIRST_DATA_BLOCK, HEADER_SIZE,
 };
-use crate::page::{check_block, BlockNumber, PageRead};
+use crate::page::{check_block_to_read, BlockNumber, PageRead};
 
 /// Lists of at least this many blocks carry skip entries. A shorter list's headers lie on one
 /// to three pages and are read as fast as entries would be.
@@ -98,7 +98,8 @@ pub fn read_skips<S: PageRead>(
     let (mut blkno, mut offset) = start;
     while out.len() < n as usize {
         crate::interrupt::check();
-        let blkno_checked = check_block(store, blkno, FIRST_DATA_BLOCK, "a list's skip entries")?;
+        let blkno_checked =
+            check_block_to_read(store, blkno, FIRST_DATA_BLOCK, "a list's skip entries")?;
         let page = store.read(blkno_checked);
         let header = PageHeader::read(&page, PageKind::Postings).in_block(blkno)?;
         let used = header.used as usize;
