@@ -330,8 +330,9 @@ impl PageRead for BufferStore {
     fn read(&self, blkno: BlockNumber) -> BufferRead {
         // A damaged link can name a page this store is writing (a merge's output page): its
         // share lock would wait on this backend's own exclusive lock, forever and deaf to
-        // cancels. The index code's link checks do not know which pages are being written.
-        if self.writing.borrow().contains(&blkno) {
+        // cancels. The index code's reads check this first (`check_block_to_read`); this is
+        // the last line for any that does not.
+        if self.is_being_written(blkno) {
             self.page_corrupted(blkno, "is read while this backend writes it");
         }
         let buf = self.read_buffer(blkno);
@@ -366,6 +367,10 @@ impl PageRead for BufferStore {
         let nblocks = BufferStore::num_blocks(self);
         self.known_blocks.set(nblocks);
         blkno < nblocks
+    }
+
+    fn is_being_written(&self, blkno: BlockNumber) -> bool {
+        self.writing.borrow().contains(&blkno)
     }
 }
 
