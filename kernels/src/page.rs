@@ -9,7 +9,9 @@
 //!   visible to the WAL) when its guard drops, so a change that must survive a crash as a unit
 //!   fits in one page;
 //! - a page is never read while the same caller holds a write guard on it (in Postgres that would
-//!   wait on its own buffer lock forever). [`MemoryStore`] panics when this rule is broken;
+//!   wait on its own buffer lock forever). [`MemoryStore`] panics when this rule is broken; a
+//!   link read from damaged pages can still name such a page, which [`check_block_to_read`]
+//!   refuses as corruption;
 //! - pages are freed only when nothing can reach them any more;
 //! - page contents are never trusted: a block number is checked against the relation before it
 //!   is read ([`check_block`], [`Chain`]), and what a page says is checked before it is used.
