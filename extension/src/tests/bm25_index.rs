@@ -169,6 +169,29 @@ mod tests {
         create_index("WITH (k1 = -1)");
     }
 
+    /// k1 = 0 with a field of weight 0, both valid options: scores stay finite, and a skill
+    /// that has the query's word only in that field scores 0, through the index and through a
+    /// sequential scan alike. (The kernel's formula gave 0/0 = NaN for a posting with a weighted
+    /// frequency of 0; an index built with these options writes no such posting, so only
+    /// damaged pages reached it: the kernel's unit test and fuzz cover that.)
+    #[pg_test]
+    fn k1_zero_and_a_zero_weight_field_score_zero_not_nan() {
+        without_index();
+        let only_there = insert("alpha", "a zebra only here", "nothing else to see");
+        let matched = insert("zebra", "plain words", "zebra zebra crossing");
+        create_index("WITH (k1 = 0, description_weight = 0)");
+        let by_index = ordered("zebra", "LIMIT 10");
+        exec("SET LOCAL enable_indexscan = off");
+        exec("SET LOCAL enable_bitmapscan = off");
+        let by_scan = ordered("zebra", "LIMIT 10");
+        for rows in [&by_index, &by_scan] {
+            assert!(rows.iter().all(|(_, s)| !s.is_nan()), "{rows:?}");
+            assert_eq!(rows.first().map(|r| r.0), Some(matched), "{rows:?}");
+            let score = rows.iter().find(|r| r.0 == only_there).map(|r| r.1);
+            assert_eq!(score, Some(0.0), "{rows:?}");
+        }
+    }
+
     #[pg_test(error = "invalid bm25 index options: at least one field weight must be positive")]
     fn bm25_index_all_weights_zero() {
         without_index();

@@ -126,7 +126,14 @@ unsafe fn start_query(
     let key = WideQuery::new(&key);
     let centroids = centroids(&store, index, &meta);
     state.order = centroids.probe_order(&key);
-    state.coded = centroids.coded_query(&key);
+    // A scan that reads every list at once is an exact search: every entry's distance is
+    // computed, not bounded from its code first (a code's bound fails for about one entry in
+    // 700, which then comes back behind farther rows).
+    state.coded = if probes >= state.order.len() {
+        None
+    } else {
+        centroids.coded_query(&key)
+    };
     state.meta = Some(meta);
     state.store = Some(store);
     state.limit = if max == 0 {
