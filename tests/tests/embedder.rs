@@ -24,6 +24,15 @@ fn status(client: &mut Client) -> (i64, i64, i64, i64, Option<String>) {
     (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
 }
 
+/// Waits until `skills.embedder_status.last_error` holds every one of `parts`.
+fn wait_for_last_error(admin: &mut Client, timeout: Duration, parts: &[&str]) {
+    wait_until(admin, "the error reported", timeout, |c| {
+        status(c)
+            .4
+            .is_some_and(|e| parts.iter().all(|p| e.contains(p)))
+    });
+}
+
 fn wait_until(
     client: &mut Client,
     what: &str,
@@ -303,15 +312,10 @@ fn worker_keys_new_and_changed_skills_and_reports_a_missing_model() {
     admin.batch_execute("SELECT pg_reload_conf()").unwrap();
     std::thread::sleep(Duration::from_millis(500));
     insert_random(&mut admin, &mut rng, 3, "b");
-    wait_until(
+    wait_for_last_error(
         &mut admin,
-        "the error reported",
         Duration::from_secs(30),
-        |c| {
-            status(c)
-                .4
-                .is_some_and(|e| e.contains("/nonexistent/model") && e.contains("missing"))
-        },
+        &["/nonexistent/model", "missing"],
     );
     assert_eq!(
         status(&mut admin).0,
@@ -394,15 +398,10 @@ fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
         .unwrap();
     let mut rng = Rng(seed("embedder_failing_pass"));
     insert_random(&mut admin, &mut rng, 3, "f");
-    wait_until(
+    wait_for_last_error(
         &mut admin,
-        "the error reported",
         Duration::from_secs(120),
-        |c| {
-            status(c)
-                .4
-                .is_some_and(|e| e.contains("no room for keys today"))
-        },
+        &["no room for keys today"],
     );
     // Long enough for a worker that ended to be back with a new pid.
     std::thread::sleep(Duration::from_secs(12));
