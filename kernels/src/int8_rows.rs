@@ -17,8 +17,9 @@ pub struct Int8Rows {
     code_sums: Vec<i32>,
 }
 
-/// `values` as i8 codes (largest magnitude → ±127) and the scale that maps a code back.
-fn quantise(values: &[f32], codes: &mut Vec<i8>) -> f32 {
+/// `values` as i8 codes (largest magnitude → ±127) and the scale that maps a code back (also
+/// the encoder's 8-bit weights, `encoder::int8_rows`).
+pub(crate) fn quantise(values: &[f32], codes: &mut Vec<i8>) -> f32 {
     let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let scale = if largest > 0.0 && largest.is_finite() {
         largest / 127.0

@@ -36,8 +36,9 @@ struct Args {
     #[arg(long)]
     single_words: Option<usize>,
     /// Products of the single queries: f32, int16 (16-bit integer products where the CPU has
-    /// AVX-512 VNNI or AVX2) or bf16 (bfloat16 on AMX tiles where the CPU has AMX-BF16, else
-    /// int16), as `pg_skills.query_precision` sets them in a search.
+    /// AVX-512 VNNI or AVX2), int8 (8-bit ones where it has AVX-512 VNNI, else int16) or bf16
+    /// (bfloat16 on AMX tiles where the CPU has AMX-BF16, else int16), as
+    /// `pg_skills.query_precision` sets them in a search.
     #[arg(long, default_value = "f32")]
     precision: String,
     /// Products of the batches (documents, query batches): f32, or bf16 (AMX tiles, where
@@ -85,8 +86,9 @@ fn main() {
     let precision = match args.precision.as_str() {
         "f32" => Precision::F32,
         "int16" => Precision::Int16,
+        "int8" => Precision::Int8,
         "bf16" => Precision::Bf16,
-        other => panic!("--precision {other}: f32, int16 or bf16"),
+        other => panic!("--precision {other}: f32, int16, int8 or bf16"),
     };
     let batch_precision = match args.batch_precision.as_str() {
         "f32" => Precision::F32,
@@ -193,7 +195,8 @@ fn main() {
                            "single_p50_ms": at(0.5), "precision": format!("{precision:?}"),
                            "parts": args.parts, "queries_with_parts": with_parts,
                            "batch_precision": format!("{batch_precision:?}"),
-                           "int16_products": precision != Precision::F32 && Precision::int16_available() && !(precision == Precision::Bf16 && Precision::bf16_available()),
+                           "int16_products": precision != Precision::F32 && Precision::int16_available() && !(precision == Precision::Bf16 && Precision::bf16_available()) && !(precision == Precision::Int8 && Precision::int8_available()),
+                           "int8_products": precision == Precision::Int8 && Precision::int8_available(),
                            "bf16_products": precision == Precision::Bf16 && Precision::bf16_available(), "single_p95_ms": at(0.95),
                            "single_mean_tokens": tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64})
     );

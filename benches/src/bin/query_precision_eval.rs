@@ -1,5 +1,5 @@
 //! What encoding a search request in reduced precision (`pg_skills.query_precision = int16`:
-//! 16-bit integer products; `bf16`: bfloat16 on AMX tiles) changes against f32 (`f32`): each
+//! 16-bit integer products; `int8`: 8-bit ones; `bf16`: bfloat16 on AMX tiles) changes against f32 (`f32`): each
 //! test request is encoded alone in each, as a search encodes it, and ranked against the skill
 //! keys (stored keys are always f32, encoded in batches). Reports how close each query key is to
 //! the f32 one, how often the rankings differ, and the retrieval quality of each, side by side.
@@ -28,6 +28,10 @@ struct Args {
     shared: PathBuf,
     #[arg(long, default_value = DEFAULT_MODEL_DIR)]
     model: PathBuf,
+    /// Cut every request to its first N words (short requests: fewer rows to average the
+    /// products' rounding over).
+    #[arg(long)]
+    words: Option<usize>,
 }
 
 fn main() {
@@ -39,6 +43,11 @@ fn main() {
     } else {
         eprintln!("query_precision_eval: neither AVX-512 VNNI nor AVX2 here: int16 left out");
     }
+    if Precision::int8_available() {
+        reduced.push(("int8", Precision::Int8));
+    } else {
+        eprintln!("query_precision_eval: no AVX-512 VNNI here: int8 left out");
+    }
     if Precision::bf16_available() {
         reduced.push(("bf16", Precision::Bf16));
     } else {
@@ -48,8 +57,15 @@ fn main() {
         std::process::exit(2);
     }
     let bench = args.shared.join("bench-data");
-    let metatool = load(&bench.join("metatool"), false);
-    let skillsbench = load(&bench.join("skillsbench-tasks"), true);
+    let mut metatool = load(&bench.join("metatool"), false);
+    let mut skillsbench = load(&bench.join("skillsbench-tasks"), true);
+    if let Some(n) = args.words {
+        for data in [&mut metatool, &mut skillsbench] {
+            for query in &mut data.queries {
+                query.1 = query.1.split_whitespace().take(n).collect::<Vec<_>>().join(" ");
+            }
+        }
+    }
     // MetaTool's test split of the other evaluations (every query id in bucket < 20), and all
     // 52 SkillsBench tasks (their instructions: long requests).
     let test: Vec<usize> = (0..metatool.queries.len())

@@ -20,6 +20,7 @@ use gemm::Parallelism;
 use super::bf16_tiles::{self, TiledWeight};
 use super::fastmath::{gelu_in_place, layer_norm_rows, softmax_rows};
 use super::int16_rows::{self, QuantizedWeight};
+use super::int8_rows::{self, Int8Weight};
 use super::{team, Precision};
 
 /// Rows per task of the element-wise steps (GELU, layer norms) between a pass's products.
@@ -87,6 +88,8 @@ struct Dense {
     /// The weights on the 16-bit grid, made on the first reduced-precision product (only
     /// processes that encode queries that way hold them: 21 MB for the model's layers).
     quantized: OnceLock<Option<QuantizedWeight>>,
+    /// The weights on the 8-bit grid, made on the first 8-bit product (11 MB for the layers).
+    quantized8: OnceLock<Option<Int8Weight>>,
     /// The weights in bfloat16 tiles, made on the first AMX product (21 MB likewise).
     tiled: OnceLock<Option<TiledWeight>>,
 }
@@ -128,6 +131,7 @@ fn dense(vb: &VarBuilder, outputs: usize, inputs: usize) -> Result<Dense, String
         inputs,
         outputs,
         quantized: OnceLock::new(),
+        quantized8: OnceLock::new(),
         tiled: OnceLock::new(),
     })
 }
@@ -168,6 +172,7 @@ impl Bert {
                 inputs: h,
                 outputs: 3 * h,
                 quantized: OnceLock::new(),
+                quantized8: OnceLock::new(),
                 tiled: OnceLock::new(),
             };
             layers.push(Layer {
@@ -408,6 +413,16 @@ impl Dense {
             .as_ref()
     }
 
+    /// The weights on the 8-bit grid, where the CPU can multiply them.
+    fn quantized8(&self) -> Option<&Int8Weight> {
+        if !int8_rows::available() {
+            return None;
+        }
+        self.quantized8
+            .get_or_init(|| Int8Weight::new(&self.weight, self.inputs, self.outputs))
+            .as_ref()
+    }
+
     /// The weights in bfloat16 tiles, where the CPU and kernel run AMX products.
     fn tiled(&self) -> Option<&TiledWeight> {
         if !bf16_tiles::available() {
@@ -432,8 +447,9 @@ impl Dense {
     /// out = input·Wᵀ + bias (+ residual), for `rows` rows; on all of rayon's threads. A few
     /// rows (one query) go through [`super::few_rows`], which reads W as stored, or with
     /// [`Precision::Bf16`] through [`bf16_tiles`] (any number of rows) and with
-    /// [`Precision::Int16`] through [`int16_rows`] where the CPU has their instructions (a CPU
-    /// without AMX takes Bf16's products of few rows in 16-bit integers).
+    /// [`Precision::Int16`] through [`int16_rows`] and with [`Precision::Int8`] through
+    /// [`int8_rows`] where the CPU has their instructions (a CPU without AMX takes Bf16's
+    /// products of few rows in 16-bit integers, one without AVX-512 VNNI Int8's).
     fn apply(
         &self,
         input: &[f32],
@@ -451,6 +467,18 @@ impl Dense {
                 started = true;
                 // Any number of rows: a batch of documents in bfloat16 too.
                 if bf16_tiles::product(input, rows, tiled, usize::MAX, out) {
+                    return;
+                }
+            }
+        }
+        if precision == Precision::Int8 {
+            if let Some(quantized) = self.quantized8() {
+                let start = int16_rows::Start {
+                    bias: &self.bias,
+                    residual,
+                };
+                let max_rows = super::few_rows::MAX_ROWS;
+                if int8_rows::product(input, rows, quantized, max_rows, Some(&start), out) {
                     return;
                 }
             }
