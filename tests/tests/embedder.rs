@@ -1,7 +1,8 @@
 //! The embedder background worker against a real server: it keys every skill, re-keys changed
 //! ones, reports a missing model and recovers, and across a kill -9 of the postmaster neither
 //! loses nor repeats work (each key write and its queue deletion commit together). Backends'
-//! encoders share `pg_skills.encoder_threads_total` slots.
+//! encoders share `pg_skills.encoder_threads_total` slots. A failed pass, and a failed report of
+//! it, leave the worker up.
 
 use std::time::{Duration, Instant};
 
@@ -372,16 +373,10 @@ fn a_crash_mid_queue_loses_and_repeats_nothing() {
     );
 }
 
-/// A pass that fails with an ERROR about the server's state (here a trigger on
-/// skills.skill_key raising disk_full) is rolled back and shown in last_error, the skills stay
-/// queued, and the worker stays up with its model loaded; once the cause is gone it keys them.
-/// Before, the ERROR ended the worker, which the postmaster started again every 10 s.
-#[test]
-fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
-    if skip_without_model() {
-        return;
-    }
-    let cluster = Cluster::start_with("embedder-failing", 54374, WORKER_CONF);
+/// A server with the worker running, the pid it runs under, and no key that can be written: a
+/// trigger on skills.skill_key raises disk_full ('no room for keys today'), so every pass fails.
+fn worker_that_cannot_write_keys(name: &str, port: u16) -> (Cluster, Client, Option<i32>) {
+    let cluster = Cluster::start_with(name, port, WORKER_CONF);
     let mut admin = cluster.client();
     setup_extension(&mut admin);
     wait_until(&mut admin, "the worker", Duration::from_secs(60), |c| {
@@ -396,6 +391,32 @@ fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
                  FOR EACH ROW EXECUTE FUNCTION public.no_room();",
         )
         .unwrap();
+    (cluster, admin, pid)
+}
+
+/// Drops the trigger of [`worker_that_cannot_write_keys`]; the worker, still `pid`, then keys the
+/// 3 skills queued.
+fn keys_once_there_is_room(admin: &mut Client, pid: Option<i32>) {
+    admin
+        .batch_execute("DROP TRIGGER no_room ON skills.skill_key")
+        .unwrap();
+    wait_until(admin, "3 keys", Duration::from_secs(120), |c| {
+        let s = status(c);
+        s.0 == 0 && s.2 == 3
+    });
+    assert_eq!(worker_pid(admin), pid);
+}
+
+/// A pass that fails with an ERROR about the server's state (here a trigger on
+/// skills.skill_key raising disk_full) is rolled back and shown in last_error, the skills stay
+/// queued, and the worker stays up with its model loaded; once the cause is gone it keys them.
+/// Before, the ERROR ended the worker, which the postmaster started again every 10 s.
+#[test]
+fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
+    if skip_without_model() {
+        return;
+    }
+    let (_cluster, mut admin, pid) = worker_that_cannot_write_keys("embedder-failing", 54374);
     let mut rng = Rng(seed("embedder_failing_pass"));
     insert_random(&mut admin, &mut rng, 3, "f");
     wait_for_last_error(
@@ -408,12 +429,55 @@ fn a_failing_pass_keeps_the_worker_up_and_the_skills_queued() {
     assert_eq!(worker_pid(&mut admin), pid, "the worker stayed up");
     let (queued, failed, done, _, _) = status(&mut admin);
     assert_eq!((queued, failed, done), (3, 0, 0), "the skills stay queued");
+    keys_once_there_is_room(&mut admin, pid);
+}
+
+#[test]
+fn an_error_report_that_fails_keeps_the_worker_up() {
+    if skip_without_model() {
+        return;
+    }
+    let (_cluster, mut admin, pid) = worker_that_cannot_write_keys("embedder-report", 54375);
+    // Every pass fails, and so does the report of it. The sequence counts the reports tried:
+    // it is not rolled back with them.
     admin
-        .batch_execute("DROP TRIGGER no_room ON skills.skill_key")
+        .batch_execute(
+            "CREATE SEQUENCE public.reports_tried; \
+             CREATE FUNCTION public.no_report() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN PERFORM nextval('public.reports_tried'); \
+                   RAISE EXCEPTION 'no report today' USING ERRCODE = 'disk_full'; END $$; \
+             CREATE TRIGGER no_report BEFORE UPDATE ON skills.embedder_progress \
+                 FOR EACH ROW EXECUTE FUNCTION public.no_report();",
+        )
         .unwrap();
-    wait_until(&mut admin, "3 keys", Duration::from_secs(120), |c| {
-        let s = status(c);
-        s.0 == 0 && s.2 == 3
-    });
-    assert_eq!(worker_pid(&mut admin), pid);
+    let mut rng = Rng(seed("embedder_failing_report"));
+    insert_random(&mut admin, &mut rng, 3, "r");
+    let reports = |c: &mut Client| -> i64 {
+        c.query_one(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM public.reports_tried",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    // Two failed reports: the worker went on after the first.
+    wait_until(
+        &mut admin,
+        "two failed reports",
+        Duration::from_secs(120),
+        |c| reports(c) >= 2,
+    );
+    // Long enough for a worker that ended to be back with a new pid.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(worker_pid(&mut admin), pid, "the worker stayed up");
+    assert!(reports(&mut admin) >= 3, "it kept trying to report");
+    admin
+        .batch_execute("DROP TRIGGER no_report ON skills.embedder_progress")
+        .unwrap();
+    wait_for_last_error(
+        &mut admin,
+        Duration::from_secs(60),
+        &["no room for keys today"],
+    );
+    keys_once_there_is_room(&mut admin, pid);
 }

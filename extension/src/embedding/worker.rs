@@ -133,10 +133,17 @@ fn rebuild_stale_graph() -> Pass {
     }
 }
 
+/// Logs `message` and writes it to `skills.embedder_progress`. The write runs in a
+/// subtransaction of its own: an ERROR there (a trigger, a full disk) is logged and rolled back
+/// instead of ending the worker, which would then load its model again after a restart.
 fn record_error(message: &str) {
     warning!("{WORKER_TYPE}: {message}");
-    let _ = crate::spi::try_run(
-        "UPDATE skills.embedder_progress SET last_error = $1, last_error_at = now()",
-        &[message.into()],
-    );
+    if let Err(e) = crate::errors::in_subtransaction(|| {
+        let _ = crate::spi::try_run(
+            "UPDATE skills.embedder_progress SET last_error = $1, last_error_at = now()",
+            &[message.into()],
+        );
+    }) {
+        warning!("{WORKER_TYPE}: could not record that error in skills.embedder_progress: {e}");
+    }
 }
