@@ -471,13 +471,14 @@ impl Dense {
                 }
             }
         }
+        // The integer products' tasks each start their own columns from the bias and residual.
+        let start = int16_rows::Start {
+            bias: &self.bias,
+            residual,
+        };
+        let max_rows = super::few_rows::MAX_ROWS;
         if precision == Precision::Int8 {
             if let Some(quantized) = self.quantized8() {
-                let start = int16_rows::Start {
-                    bias: &self.bias,
-                    residual,
-                };
-                let max_rows = super::few_rows::MAX_ROWS;
                 if int8_rows::product(input, rows, quantized, max_rows, Some(&start), out) {
                     return;
                 }
@@ -485,12 +486,6 @@ impl Dense {
         }
         if precision != Precision::F32 {
             if let Some(quantized) = self.quantized() {
-                // Each of its tasks starts its own columns from the bias and residual.
-                let start = int16_rows::Start {
-                    bias: &self.bias,
-                    residual,
-                };
-                let max_rows = super::few_rows::MAX_ROWS;
                 if int16_rows::product(input, rows, quantized, max_rows, Some(&start), out) {
                     return;
                 }
