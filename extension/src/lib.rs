@@ -26,6 +26,7 @@ mod embedding;
 mod errors;
 mod fmgr;
 mod guc;
+mod index_rows;
 mod key;
 mod keyopt;
 mod prepared_writes;

@@ -21,6 +21,7 @@ use pg_skills_kernels::bm25index::{query_terms, SearchHit, Tid};
 
 use super::{checked_meta, scan::term_scores_on_blocks, scan::top_hits, with_analyzer};
 use crate::errors::raise;
+use crate::index_rows::RowsByTid;
 use crate::storage::{BufferStore, Mode};
 
 /// How many hits the first reading asks for, beyond k: a few spare rows for dead and filtered
@@ -61,7 +62,7 @@ pub fn search(
         let meta = checked_meta(&store, rel);
         let terms = with_analyzer(&meta.options, |a| query_terms(a, query));
         let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let mut rows = RowReader::new(heap, categories);
+        let mut rows = RowsByTid::new(heap, c"id", categories);
         let mut want = k.map_or(usize::MAX, first_want);
         let mut accepted: Vec<(i64, f64)> = Vec::new();
         let mut read: HashSet<Tid> = HashSet::new();
@@ -168,7 +169,7 @@ pub fn term_scores_of(
         let by_tid: HashMap<Tid, usize> =
             matches.iter().enumerate().map(|(i, m)| (m.0, i)).collect();
         let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let mut rows = RowReader::new(heap, None);
+        let mut rows = RowsByTid::new(heap, c"id", None);
         let mut scores = Vec::new();
         for &(id, tid) in skills {
             let found = by_tid.get(&tid).copied().or_else(|| {
@@ -194,125 +195,6 @@ pub fn skill_table() -> pg_sys::Oid {
         let schema = pg_sys::get_namespace_oid(c"skills".as_ptr(), true);
         pg_sys::get_relname_relid(c"skill".as_ptr(), schema)
     }
-}
-
-/// Reads the id (and category) of the row an index entry points at, if the statement's snapshot
-/// sees it.
-struct RowReader {
-    heap: pg_sys::Relation,
-    fetch: *mut pg_sys::IndexFetchTableData,
-    slot: *mut pg_sys::TupleTableSlot,
-    snapshot: pg_sys::Snapshot,
-    id_attnum: i32,
-    /// The category column and the labels asked for; None: every category.
-    category: Option<(i32, HashSet<String>)>,
-    /// Labels of the category enum's values met so far.
-    labels: HashMap<pg_sys::Oid, bool>,
-    fetched: u32,
-}
-
-impl RowReader {
-    /// Safety: `heap` is open for the life of the reader.
-    unsafe fn new(heap: pg_sys::Relation, categories: Option<&[String]>) -> RowReader {
-        let id_attnum = column(heap, c"id", pg_sys::INT8OID);
-        let category = categories.map(|c| {
-            let attnum = column(heap, c"category", pg_sys::InvalidOid);
-            (attnum, c.iter().cloned().collect())
-        });
-        let am = (*heap).rd_tableam;
-        let fetch = (*am)
-            .index_fetch_begin
-            .expect("a table AM fetches by index")(heap);
-        let mut snapshot = pg_sys::GetActiveSnapshot();
-        if snapshot.is_null() {
-            snapshot = pg_sys::GetTransactionSnapshot();
-        }
-        RowReader {
-            heap,
-            fetch,
-            slot: pg_sys::table_slot_create(heap, std::ptr::null_mut()),
-            snapshot,
-            id_attnum,
-            category,
-            labels: HashMap::new(),
-            fetched: 0,
-        }
-    }
-
-    /// The row's id when the snapshot sees a version of it (following a HOT chain from the
-    /// TID the index holds) and its category is one asked for.
-    fn visible_id(&mut self, tid: Tid) -> Option<i64> {
-        self.fetched += 1;
-        if self.fetched.is_multiple_of(64) {
-            pgrx::check_for_interrupts!();
-        }
-        // SAFETY: the fetch state and slot were made for `heap`, which is open; `ptr` is a
-        // valid TID to look up (one the table does not have is found invisible).
-        unsafe {
-            let mut ptr = pg_sys::ItemPointerData::default();
-            pgrx::itemptr::item_pointer_set_all(&mut ptr, tid.block, tid.offset);
-            let mut call_again = false;
-            let mut all_dead = false;
-            let fetch_tuple = (*(*self.heap).rd_tableam)
-                .index_fetch_tuple
-                .expect("a table AM fetches by index");
-            let found = fetch_tuple(
-                self.fetch,
-                &mut ptr,
-                self.snapshot,
-                self.slot,
-                &mut call_again,
-                &mut all_dead,
-            );
-            if !found {
-                return None;
-            }
-            let mut isnull = false;
-            let id = pg_sys::slot_getattr(self.slot, self.id_attnum, &mut isnull);
-            let id = (!isnull).then(|| id.value() as i64);
-            let allowed = match &self.category {
-                None => true,
-                Some((attnum, wanted)) => {
-                    let value = pg_sys::slot_getattr(self.slot, *attnum, &mut isnull);
-                    !isnull && {
-                        let oid = pg_sys::Oid::from(value.value() as u32);
-                        *self.labels.entry(oid).or_insert_with(|| {
-                            wanted.contains(&pgrx::enum_helper::lookup_enum_by_oid(oid).0)
-                        })
-                    }
-                }
-            };
-            pg_sys::ExecClearTuple(self.slot);
-            id.filter(|_| allowed)
-        }
-    }
-
-    fn finish(self) {
-        // SAFETY: made in `new` for this heap, not used after.
-        unsafe {
-            (*(*self.heap).rd_tableam)
-                .index_fetch_end
-                .expect("a table AM fetches by index")(self.fetch);
-            pg_sys::ExecDropSingleTupleTableSlot(self.slot);
-        }
-    }
-}
-
-/// The attribute number of column `name` of `heap` (of type `type_oid` unless InvalidOid), or an
-/// ERROR: the direct path reads skills.skill's id and category.
-unsafe fn column(heap: pg_sys::Relation, name: &std::ffi::CStr, type_oid: pg_sys::Oid) -> i32 {
-    let attnum = pg_sys::get_attnum((*heap).rd_id, name.as_ptr());
-    let ok = attnum > 0
-        && (type_oid == pg_sys::InvalidOid
-            || pg_sys::get_atttype((*heap).rd_id, attnum) == type_oid);
-    if !ok {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
-            format!("skills.skill has no column {}", name.to_string_lossy()),
-            Some("The extension's skills.skill table was changed; reinstall the extension."),
-        );
-    }
-    attnum as i32
 }
 
 /// The k best skills by a bm25 index on skills.skill, read from the index directly (see the

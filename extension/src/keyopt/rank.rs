@@ -418,24 +418,33 @@ pub fn ranked(
             ),
             &[key.clone().into(), ids.clone().into()],
         ),
-        // Ordered by the distance alone, so that a key index serves it (ties: closed_top).
-        (None, None) => crate::search::rank::closed_top(
-            read,
-            |limit| {
-                let mut args = vec![key.clone().into()];
-                let filter = crate::search::rank::category_filter(&categories, 2, &mut args);
-                candidates(
-                    &format!(
-                        "{} {filter} ORDER BY k.k0 OPERATOR(skills.<#>) {} LIMIT {}",
-                        candidate_select(),
-                        crate::key::query::with_session_breadth("$1"),
-                        crate::search::rank::limit_clause(limit)
-                    ),
-                    &args,
-                )
-            },
-            |c| (c.0, c.2 as f64),
-        ),
+        (None, None) => match (read, crate::key::top_k::direct_index()) {
+            // Straight from the key index where the searches may read it (`key::top_k`).
+            (Some(read), Some(index)) => {
+                crate::key::top_k::search(index, &key, read, categories.as_deref(), true)
+                    .into_iter()
+                    .map(|h| (h.id, h.content_hash.expect("asked for"), h.score as f32))
+                    .collect()
+            }
+            // Ordered by the distance alone, so that a key index serves it (ties: closed_top).
+            _ => crate::search::rank::closed_top(
+                read,
+                |limit| {
+                    let mut args = vec![key.clone().into()];
+                    let filter = crate::search::rank::category_filter(&categories, 2, &mut args);
+                    candidates(
+                        &format!(
+                            "{} {filter} ORDER BY k.k0 OPERATOR(skills.<#>) {} LIMIT {}",
+                            candidate_select(),
+                            crate::key::query::with_session_breadth("$1"),
+                            crate::search::rank::limit_clause(limit)
+                        ),
+                        &args,
+                    )
+                },
+                |c| (c.0, c.2 as f64),
+            ),
+        },
     };
     let memory_rows = match &round {
         Some(ActiveRound {

@@ -260,11 +260,28 @@ fn skill_tids(ids: &[i64]) -> Vec<(i64, pg_skills_kernels::bm25index::Tid)> {
     })
 }
 
-/// Semantic (id, q·k0), best first, ties by id: `skills.skill_key` ordered by `<#>` alone, which
-/// the planner serves from the skeys index when there is one (a tie-break column in the ORDER BY
-/// would make it sort every key instead); [`closed_top`] resolves the ties. Skills without a key
-/// yet are absent. The query carries the session's breadth, so Citus shards read as many lists.
+/// Semantic (id, q·k0), best first, ties by id: straight from the skeys index where the
+/// searches may read it directly (`key::top_k`), else `skills.skill_key` ordered by `<#>` alone,
+/// which the planner serves from the skeys index when there is one (a tie-break column in the
+/// ORDER BY would make it sort every key instead); [`closed_top`] resolves the ties. Skills
+/// without a key yet are absent. The query carries the session's breadth, so Citus shards read
+/// as many lists.
 pub fn semantic(
+    key: &[f32],
+    categories: Option<Vec<String>>,
+    depth: Option<usize>,
+) -> Vec<(i64, f64)> {
+    if let (Some(depth), Some(index)) = (depth, crate::key::top_k::direct_index()) {
+        return crate::key::top_k::search(index, key, depth, categories.as_deref(), false)
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect();
+    }
+    semantic_by_statement(key, categories, depth)
+}
+
+/// [`semantic`] through its statement, whatever the direct path could do.
+pub(crate) fn semantic_by_statement(
     key: &[f32],
     categories: Option<Vec<String>>,
     depth: Option<usize>,

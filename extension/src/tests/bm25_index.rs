@@ -386,14 +386,7 @@ mod tests {
             .copied()
             .filter(|id| !present.contains(id))
             .collect();
-        // Called directly, it would see the snapshot of the test's own statement, taken before
-        // the rows above were written; a search statement reads with its own, so push a fresh
-        // one as the statement would have.
-        // SAFETY: the snapshot pushed here is popped before returning; nothing in between
-        // leaves it pushed on an error (the test aborts the transaction then).
-        let got = unsafe {
-            pgrx::pg_sys::CommandCounterIncrement();
-            pgrx::pg_sys::PushActiveSnapshot(pgrx::pg_sys::GetTransactionSnapshot());
+        let got = as_a_statement(|| {
             let index = crate::search::rank::bm25_index();
             let mut memo = crate::search::rank::Bm25Memo::default();
             let got = crate::search::rank::bm25_relevance(index, query, &ids, &mut memo);
@@ -416,9 +409,8 @@ mod tests {
                 after, got,
                 "{what} {query:?}: after a reading of unseen skills alone"
             );
-            pgrx::pg_sys::PopActiveSnapshot();
             got
-        };
+        });
         let mut got: Vec<(i64, f64)> = got.into_iter().map(|(id, r)| (id, r as f64)).collect();
         got.sort_by_key(|r| r.0);
         assert_eq!(ids_of(&got), ids_of(&expected), "{what} {query:?}");

@@ -9,6 +9,22 @@ pub fn exec(sql: &str) {
     Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
+/// `f` under a fresh snapshot, as a search statement started now reads: called directly, the
+/// searches would see the snapshot of the test's own statement, taken before the rows the test
+/// wrote since.
+pub fn as_a_statement<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: the snapshot pushed here is popped before returning; on an ERROR in `f` the
+    // test's transaction aborts, which releases it.
+    unsafe {
+        pgrx::pg_sys::CommandCounterIncrement();
+        pgrx::pg_sys::PushActiveSnapshot(pgrx::pg_sys::GetTransactionSnapshot());
+    }
+    let out = f();
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pgrx::pg_sys::PopActiveSnapshot() };
+    out
+}
+
 pub fn one<T: pgrx::IntoDatum + pgrx::FromDatum>(sql: &str) -> T {
     Spi::get_one::<T>(sql)
         .unwrap_or_else(|e| panic!("{sql}: {e}"))

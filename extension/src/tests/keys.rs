@@ -442,7 +442,7 @@ mod tests {
             ));
             for depth in [1, 2, 4, 7] {
                 let before = scans();
-                let got = crate::search::rank::semantic(&key, None, Some(depth));
+                let got = as_a_statement(|| crate::search::rank::semantic(&key, None, Some(depth)));
                 assert!(scans() > before, "the skeys index was not scanned");
                 let exact = seqscan(|| {
                     id_scores(&format!(
@@ -499,7 +499,8 @@ mod tests {
                 assert!((g.1 - e.1).abs() < 1e-3, "{what}: {g:?} against {e:?}");
             }
         };
-        let search = || crate::search::rank::semantic(&query, None, Some(10));
+        // The statement's path (the searches read the index directly where they may).
+        let search = || crate::search::rank::semantic_by_statement(&query, None, Some(10));
         let before = scans();
         same(search(), "first call");
         assert!(scans() > before, "the kept plan scans the index");
@@ -514,5 +515,169 @@ mod tests {
         assert!(scans() > before, "the rebuilt index is scanned");
         let mode: String = one("SELECT current_setting('plan_cache_mode')");
         assert_eq!(mode, "force_custom_plan");
+    }
+
+    /// Skills with keys in three categories, their keys shared by pairs (ties), then deleted
+    /// skills (their keys with them), rewritten keys (the index's old entries dead), changed
+    /// texts (the skill's content hash moves past its key's), and keys left without a skill
+    /// (foreign keys not enforced, as under replication): what the direct key search reads past.
+    fn direct_search_library() {
+        own_skill_keys();
+        let mut rng = Rng(20261206);
+        random_skills(&mut rng, 700);
+        exec(
+            "UPDATE skills.skill SET category = (ARRAY['testing', 'debugging', 'data_ml'])[id % 3 + 1]::skills.category",
+        );
+        exec(
+            "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
+             SELECT s.id, s.content_hash, array_fill(0::real, ARRAY[384]), \
+                    skills.key(ARRAY(SELECT ((abs(hashtext((s.id / 2) || ':' || i)) % 2001) - 1000) / 12900.0 \
+                                     FROM generate_series(1, 512) AS i)::real[]) \
+             FROM skills.skill AS s",
+        );
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 24)");
+        exec("DELETE FROM skills.skill WHERE id % 11 = 0");
+        exec(
+            "UPDATE skills.skill_key SET k0 = skills.key(ARRAY(SELECT ((abs(hashtext(skill_id || '!' || i)) % 2001) - 1000) / 12900.0 \
+                                                        FROM generate_series(1, 512) AS i)::real[]) \
+             WHERE skill_id % 13 = 0",
+        );
+        exec("UPDATE skills.skill SET description = description || ' (revised)' WHERE id % 7 = 0");
+        exec("SET LOCAL session_replication_role = replica");
+        exec("DELETE FROM skills.skill WHERE id % 17 = 0");
+        exec("SET LOCAL session_replication_role = origin");
+        let orphans: i64 = one("SELECT count(*) FROM skills.skill_key AS k \
+             WHERE NOT EXISTS (SELECT 1 FROM skills.skill AS s WHERE s.id = k.skill_id)");
+        assert!(orphans > 10, "{orphans}");
+        exec("ANALYZE skills.skill_key");
+        exec("ANALYZE skills.skill");
+        // The statements must read the key index too: with a category filter, reading that
+        // category's skills through skills.skill's category index and sorting their keys would
+        // cost less here, and find the exact nearest.
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SET LOCAL enable_sort = off");
+    }
+
+    /// The searches read the key index directly (`key::top_k`) and answer as their statement
+    /// does: the same skills and scores, ties at the cut by id, at several depths, breadths and
+    /// category filters; never a deleted skill or a key without one; KeyOpt's candidates carry
+    /// the skill's current content hash.
+    #[pg_test]
+    fn the_direct_key_search_answers_as_the_statement_does() {
+        direct_search_library();
+        let index = crate::key::top_k::direct_index().expect("the direct path is open here");
+        let index_name: String = one(&format!("SELECT {}::regclass::text", index.to_u32()));
+        assert_eq!(index_name, "skills.skill_key_k0");
+        let scans =
+            || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_key_k0'::regclass)") };
+        let mut rng = Rng(7);
+        let stored: Vec<Vec<f32>> = Spi::connect(|c| {
+            c.select(
+                "SELECT k0::real[] FROM skills.skill_key ORDER BY skill_id",
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| r.get::<Vec<f32>>(1).unwrap().unwrap())
+            .collect()
+        });
+        let mut queries: Vec<Vec<f32>> = stored.iter().step_by(61).cloned().collect();
+        for _ in 0..4 {
+            queries.push((0..KEY_DIM).map(|_| rng.unit() as f32 - 0.5).collect());
+        }
+        let mut compared = 0;
+        for probes in ["2", "8", "24"] {
+            exec(&format!("SET LOCAL pg_skills.key_probes = {probes}"));
+            for (q, key) in queries.iter().enumerate() {
+                for depth in [1, 2, 10, 45] {
+                    for categories in [None, Some(vec!["debugging".to_string()])] {
+                        let before = scans();
+                        let direct = as_a_statement(|| {
+                            crate::search::rank::semantic(key, categories.clone(), Some(depth))
+                        });
+                        assert_eq!(scans(), before + 1, "the direct search counts one scan");
+                        let by_statement = crate::search::rank::semantic_by_statement(
+                            key,
+                            categories.clone(),
+                            Some(depth),
+                        );
+                        let what =
+                            format!("probes {probes}, query {q}, depth {depth}, {categories:?}");
+                        assert_eq!(direct, by_statement, "{what}");
+                        assert_eq!(direct.len(), depth, "{what}");
+                        assert!(
+                            direct.iter().all(|r| r.0 % 11 != 0 && r.0 % 17 != 0),
+                            "a deleted skill served: {what}"
+                        );
+                        if categories.is_some() {
+                            assert!(direct.iter().all(|r| r.0 % 3 == 1), "{what}");
+                        }
+                        let hits = as_a_statement(|| {
+                            crate::key::top_k::search(
+                                index,
+                                key,
+                                depth,
+                                categories.as_deref(),
+                                true,
+                            )
+                        });
+                        for hit in &hits {
+                            let hash: String = one(&format!(
+                                "SELECT content_hash FROM skills.skill WHERE id = {}",
+                                hit.id
+                            ));
+                            assert_eq!(hit.content_hash.as_deref(), Some(hash.as_str()), "{what}");
+                        }
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared > 100);
+        // Ties: a pair's key asked for at depth 1 serves the lower id of the pair first.
+        let pair: i64 = one(
+            "SELECT min(s.id) FROM skills.skill AS s JOIN skills.skill_key AS k ON k.skill_id = s.id \
+             WHERE s.id % 2 = 0 AND s.id % 13 <> 0 AND (s.id + 1) % 13 <> 0 \
+               AND EXISTS (SELECT 1 FROM skills.skill_key AS k2 JOIN skills.skill AS s2 ON s2.id = k2.skill_id \
+                           WHERE k2.skill_id = s.id + 1)",
+        );
+        let key: Vec<f32> = one(&format!(
+            "SELECT k0::real[] FROM skills.skill_key WHERE skill_id = {pair}"
+        ));
+        let top = as_a_statement(|| crate::search::rank::semantic(&key, None, Some(2)));
+        assert_eq!(ids_of(&top), vec![pair, pair + 1]);
+        assert_eq!(top[0].1, top[1].1);
+    }
+
+    /// Where the executor must decide what a user sees (row-level security on skills.skill,
+    /// or no SELECT on a table), the searches leave the direct path and run their statement:
+    /// the policy applies to semantic search, and a user without the privilege is left to the
+    /// statement's permission check.
+    #[pg_test]
+    fn the_key_search_leaves_row_security_and_privileges_to_the_executor() {
+        direct_search_library();
+        assert!(crate::key::top_k::direct_index().is_some());
+        let key: Vec<f32> =
+            one("SELECT k0::real[] FROM skills.skill_key ORDER BY skill_id LIMIT 1");
+        exec("CREATE ROLE skills_key_rls_test");
+        exec("GRANT skills_reader TO skills_key_rls_test");
+        exec("CREATE ROLE skills_key_nobody_test");
+        exec("GRANT USAGE ON SCHEMA skills TO skills_key_nobody_test");
+        exec("ALTER TABLE skills.skill ENABLE ROW LEVEL SECURITY");
+        exec("CREATE POLICY only_data_ml ON skills.skill FOR SELECT USING (category = 'data_ml')");
+        let expected = crate::search::rank::semantic_by_statement(
+            &key,
+            Some(vec!["data_ml".to_string()]),
+            Some(10),
+        );
+        assert_eq!(expected.len(), 10);
+        exec("SET LOCAL ROLE skills_key_rls_test");
+        assert!(crate::key::top_k::direct_index().is_none());
+        let served = as_a_statement(|| crate::search::rank::semantic(&key, None, Some(10)));
+        assert_eq!(served, expected, "the policy applies");
+        exec("RESET ROLE");
+        exec("SET LOCAL ROLE skills_key_nobody_test");
+        assert!(crate::key::top_k::direct_index().is_none());
+        exec("RESET ROLE");
     }
 }

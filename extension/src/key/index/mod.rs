@@ -25,7 +25,7 @@ mod build;
 mod cost;
 mod insert;
 pub mod options;
-mod scan;
+pub mod scan;
 mod stats;
 mod vacuum;
 

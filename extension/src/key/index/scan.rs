@@ -6,13 +6,14 @@
 //! (0: all of them, so a filtered query finds k rows whenever k rows match). Rows of a later batch can be nearer than rows already returned
 //! (pgvector's "relaxed order"); within the first batch the order is exact.
 
+use half::f16;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
 use pg_skills_kernels::keyindex::codes::CodedQuery;
 use pg_skills_kernels::keyindex::probe::ProbeOrder;
-use pg_skills_kernels::keyindex::search::{scan_list, Batch};
-use pg_skills_kernels::keyindex::Meta;
+use pg_skills_kernels::keyindex::search::{scan_list, Batch, Candidate};
+use pg_skills_kernels::keyindex::{Meta, Metric};
 use pg_skills_kernels::layout::Tid;
 use pg_skills_kernels::vector::WideQuery;
 
@@ -66,17 +67,56 @@ impl crate::am::OrderedScan for ScanState {
     }
 
     unsafe fn next(&mut self, index: pg_sys::Relation) -> Option<Tid> {
-        loop {
-            if let (Some(meta), Some(store)) = (self.meta, &self.store) {
-                if let Some(c) = self.batch.pop(store, &meta, &self.query).or_raise(index) {
-                    return Some(c.tid);
-                }
+        next_candidate(index, self).map(|c| c.tid)
+    }
+}
+
+/// A scan of a skeys index outside the executor (`key::top_k`): the same entries in the same
+/// order as an index scan for `ORDER BY key <#> query`, each with its distance.
+pub struct Nearest(ScanState);
+
+impl Nearest {
+    /// A scan of `index` (an inner-product index) for `key` at breadth `probes`, up to
+    /// `max_probes` lists (0: all).
+    ///
+    /// SAFETY: `index` is an open skeys index and stays open for the life of the scan.
+    pub unsafe fn start(
+        index: pg_sys::Relation,
+        key: Vec<f16>,
+        probes: usize,
+        max_probes: usize,
+    ) -> Nearest {
+        let mut state = ScanState::default();
+        start_key(
+            index,
+            &mut state,
+            Metric::InnerProduct,
+            key,
+            probes,
+            max_probes,
+        );
+        Nearest(state)
+    }
+
+    /// The next entry, nearest first (within a batch of lists; see the module), None at the end.
+    ///
+    /// SAFETY: `index` is the scan's index, open.
+    pub unsafe fn next(&mut self, index: pg_sys::Relation) -> Option<Candidate> {
+        next_candidate(index, &mut self.0)
+    }
+}
+
+unsafe fn next_candidate(index: pg_sys::Relation, state: &mut ScanState) -> Option<Candidate> {
+    loop {
+        if let (Some(meta), Some(store)) = (state.meta, &state.store) {
+            if let Some(c) = state.batch.pop(store, &meta, &state.query).or_raise(index) {
+                return Some(c);
             }
-            if self.query.is_empty() || self.next >= self.limit {
-                return None;
-            }
-            next_batch(index, self);
         }
+        if state.query.is_empty() || state.next >= state.limit {
+            return None;
+        }
+        next_batch(index, state);
     }
 }
 
@@ -99,15 +139,13 @@ unsafe fn start_query(
     strategy: pg_sys::StrategyNumber,
     query: KeyQuery,
 ) {
-    let store = BufferStore::new(index, Mode::Logged);
-    let meta = checked_meta(&store, index);
-    if metric_of_strategy(strategy) != Some(meta.metric) {
+    let Some(metric) = metric_of_strategy(strategy) else {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("this skeys index orders by {} distance", meta.metric.name()),
+            format!("strategy {strategy} is no skeys distance"),
             None,
         );
-    }
+    };
     let probes = breadth(query.probes, crate::guc::KEY_PROBES.get(), 1, "probes");
     let max = breadth(
         query.max_probes,
@@ -116,6 +154,28 @@ unsafe fn start_query(
         "max_probes",
     );
     let key = Key::from_datum(query.key).to_vec();
+    start_key(index, state, metric, key, probes, max);
+}
+
+/// Sets up `state` to scan `index` by `metric` for `key`, `probes` lists a batch, up to `max`
+/// lists (0: all).
+unsafe fn start_key(
+    index: pg_sys::Relation,
+    state: &mut ScanState,
+    metric: Metric,
+    key: Vec<f16>,
+    probes: usize,
+    max: usize,
+) {
+    let store = BufferStore::new(index, Mode::Logged);
+    let meta = checked_meta(&store, index);
+    if metric != meta.metric {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("this skeys index orders by {} distance", meta.metric.name()),
+            None,
+        );
+    }
     if key.len() != meta.dim as usize {
         raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
