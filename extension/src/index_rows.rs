@@ -2,9 +2,9 @@
 //! executor reads them: through the table access method (HOT chains followed, the statement's
 //! snapshot applied), with no statement of their own.
 //!
-//! [`RowsByTid`] reads the row an index entry's TID names; [`SkillsById`] finds a skill by id
-//! through skills.skill's primary key (the key index's entries point at skills.skill_key rows,
-//! and a skill's category and content hash are in skills.skill).
+//! [`RowsByTid`] reads the row an index entry's TID names; [`RowsById`] finds a row by id through
+//! its table's primary key, and [`SkillsById`] a skill (the key index's entries point at
+//! skills.skill_key rows, and a skill's category and content hash are in skills.skill).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
@@ -155,11 +155,91 @@ impl RowsByTid {
     }
 }
 
-/// Finds skills by id through skills.skill's primary key, as the statement's snapshot sees them.
-pub struct SkillsById {
+/// Finds rows by id through their table's primary key (a single bigint column), as the
+/// statement's snapshot sees them.
+pub struct RowsById {
     pkey: pg_sys::Relation,
     scan: pg_sys::IndexScanDesc,
     slot: *mut pg_sys::TupleTableSlot,
+}
+
+impl RowsById {
+    /// Safety: `heap` is one of the extension's tables keyed by a bigint, open (AccessShareLock
+    /// or stronger) for the life of the lookup, and [`RowsById::finish`] is called before it is
+    /// closed.
+    pub unsafe fn new(heap: pg_sys::Relation) -> RowsById {
+        let pkey_oid = pg_sys::RelationGetPrimaryKeyIndex(heap);
+        if pkey_oid == pg_sys::InvalidOid {
+            let table = crate::am::relation_name(heap);
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("skills.{table} has no primary key"),
+                Some("The extension's tables were changed; reinstall the extension."),
+            );
+        }
+        let pkey = pg_sys::index_open(pkey_oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let scan = pg_sys::index_beginscan(heap, pkey, statement_snapshot(), 1, 0);
+        RowsById {
+            pkey,
+            scan,
+            slot: pg_sys::table_slot_create(heap, std::ptr::null_mut()),
+        }
+    }
+
+    /// `read` of row `id`'s slot when the snapshot sees the row; None when it does not.
+    pub fn find<T>(
+        &mut self,
+        id: i64,
+        read: impl FnOnce(*mut pg_sys::TupleTableSlot) -> T,
+    ) -> Option<T> {
+        // SAFETY: the scan and slot were made in `new` for the table and its primary key, both
+        // open; the scan key lives through the rescan, which copies it; `read` gets the slot
+        // while it holds the row, which is cleared after.
+        unsafe {
+            let mut key = pg_sys::ScanKeyData::default();
+            pg_sys::ScanKeyInit(
+                &mut key,
+                1,
+                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::Oid::from(pg_sys::F_INT8EQ),
+                pg_sys::Datum::from(id),
+            );
+            pg_sys::index_rescan(self.scan, &mut key, 1, std::ptr::null_mut(), 0);
+            if !pg_sys::index_getnext_slot(
+                self.scan,
+                pg_sys::ScanDirection::ForwardScanDirection,
+                self.slot,
+            ) {
+                return None;
+            }
+            let out = read(self.slot);
+            pg_sys::ExecClearTuple(self.slot);
+            Some(out)
+        }
+    }
+
+    pub fn finish(self) {
+        // SAFETY: made in `new`, not used after; the primary key was opened there.
+        unsafe {
+            pg_sys::index_endscan(self.scan);
+            pg_sys::ExecDropSingleTupleTableSlot(self.slot);
+            pg_sys::index_close(self.pkey, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        }
+    }
+}
+
+/// The value of column `attnum` of the row in `slot` (None: NULL).
+///
+/// Safety: `slot` holds a row, and `attnum` is a column of its table.
+pub unsafe fn value(slot: *mut pg_sys::TupleTableSlot, attnum: i32) -> Option<pg_sys::Datum> {
+    let mut isnull = false;
+    let value = pg_sys::slot_getattr(slot, attnum, &mut isnull);
+    (!isnull).then_some(value)
+}
+
+/// Finds skills by id through skills.skill's primary key, as the statement's snapshot sees them.
+pub struct SkillsById {
+    rows: RowsById,
     category: Option<CategoryFilter>,
     hash_attnum: Option<i32>,
 }
@@ -180,74 +260,36 @@ impl SkillsById {
         categories: Option<&[String]>,
         content_hash: bool,
     ) -> SkillsById {
-        let pkey_oid = pg_sys::RelationGetPrimaryKeyIndex(heap);
-        if pkey_oid == pg_sys::InvalidOid {
-            raise(
-                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-                "skills.skill has no primary key",
-                Some("The extension's skills.skill table was changed; reinstall the extension."),
-            );
-        }
-        let pkey = pg_sys::index_open(pkey_oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let category = CategoryFilter::new(heap, categories);
-        let hash_attnum = content_hash.then(|| column(heap, c"content_hash", pg_sys::TEXTOID));
-        let scan = pg_sys::index_beginscan(heap, pkey, statement_snapshot(), 1, 0);
         SkillsById {
-            pkey,
-            scan,
-            slot: pg_sys::table_slot_create(heap, std::ptr::null_mut()),
-            category,
-            hash_attnum,
+            rows: RowsById::new(heap),
+            category: CategoryFilter::new(heap, categories),
+            hash_attnum: content_hash.then(|| column(heap, c"content_hash", pg_sys::TEXTOID)),
         }
     }
 
     /// Skill `id` when the snapshot sees it and its category is one asked for.
     pub fn find(&mut self, id: i64) -> Option<FoundSkill> {
-        // SAFETY: the scan and slot were made in `new` for skills.skill and its primary key
-        // (a single bigint column `id`), both open; the scan key lives through the rescan, which
-        // copies it.
-        unsafe {
-            let mut key = pg_sys::ScanKeyData::default();
-            pg_sys::ScanKeyInit(
-                &mut key,
-                1,
-                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-                pg_sys::Oid::from(pg_sys::F_INT8EQ),
-                pg_sys::Datum::from(id),
-            );
-            pg_sys::index_rescan(self.scan, &mut key, 1, std::ptr::null_mut(), 0);
-            if !pg_sys::index_getnext_slot(
-                self.scan,
-                pg_sys::ScanDirection::ForwardScanDirection,
-                self.slot,
-            ) {
-                return None;
-            }
-            let allowed = match &mut self.category {
-                None => true,
-                Some(filter) => filter.allows(self.slot),
-            };
-            let found = allowed.then(|| FoundSkill {
-                content_hash: self.hash_attnum.and_then(|attnum| {
-                    let mut isnull = false;
-                    let value = pg_sys::slot_getattr(self.slot, attnum, &mut isnull);
-                    (!isnull).then(|| {
-                        pgrx::FromDatum::from_datum(value, false).expect("a non-null text")
+        let (category, hash_attnum) = (&mut self.category, self.hash_attnum);
+        self.rows
+            .find(id, |slot| {
+                // SAFETY: `slot` holds a row of skills.skill, whose columns the filter and the
+                // hash's attribute number were made for.
+                unsafe {
+                    let allowed = category.as_mut().is_none_or(|filter| filter.allows(slot));
+                    allowed.then(|| FoundSkill {
+                        content_hash: hash_attnum.and_then(|attnum| {
+                            value(slot, attnum).map(|v| {
+                                pgrx::FromDatum::from_datum(v, false).expect("a non-null text")
+                            })
+                        }),
                     })
-                }),
-            });
-            pg_sys::ExecClearTuple(self.slot);
-            found
-        }
+                }
+            })
+            .flatten()
     }
 
     pub fn finish(self) {
-        // SAFETY: made in `new`, not used after; the primary key was opened there.
-        unsafe {
-            pg_sys::index_endscan(self.scan);
-            pg_sys::ExecDropSingleTupleTableSlot(self.slot);
-            pg_sys::index_close(self.pkey, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        }
+        self.rows.finish();
     }
 }
 

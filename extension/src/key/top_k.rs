@@ -16,7 +16,13 @@
 
 use pgrx::pg_sys;
 
-use crate::index_rows::{RowsByTid, SkillsById};
+use pgrx::PgSqlErrorCode;
+
+use pg_skills_kernels::keyindex::Metric;
+
+use crate::errors::raise;
+use crate::index_rows::{column, value, RowsById, RowsByTid, SkillsById};
+use crate::key::datatype::Key;
 
 /// A skill the index found: its id, score q·k0, and its content hash where asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,4 +170,57 @@ fn in_order(a: &KeyHit, b: &KeyHit) -> bool {
         std::cmp::Ordering::Equal => a.id < b.id,
         other => other == std::cmp::Ordering::Less,
     }
+}
+
+/// q·k0 of exactly the skills `ids` that have a key (any order), for each of `keys`: each key
+/// row read once, by id through skills.skill_key's primary key, what the statement of
+/// `search::rank::semantic_of` answers. None where the executor must read skills.skill_key
+/// (see the module).
+pub fn scores_of(keys: &[&[f32]], ids: &[i64]) -> Option<Vec<Vec<(i64, f64)>>> {
+    let table = table_oid(c"skill_key");
+    if table == pg_sys::InvalidOid || crate::spi::citus_installed() || !reads_whole_table(table) {
+        return None;
+    }
+    let queries: Vec<Vec<half::f16>> = keys
+        .iter()
+        .map(|k| crate::key::datatype::checked_key(k.iter().map(|&x| f64::from(x))))
+        .collect();
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut out = vec![Vec::new(); keys.len()];
+    // SAFETY: skills.skill_key is opened with AccessShareLock and closed after the lookup made
+    // for it is finished; each key datum is read while its slot holds the row.
+    unsafe {
+        let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let k0 = column(heap, c"k0", pg_sys::InvalidOid);
+        let mut rows = RowsById::new(heap);
+        let mut scratch = Vec::new();
+        for (n, &id) in ids.iter().enumerate() {
+            if n % 64 == 63 {
+                pgrx::check_for_interrupts!();
+            }
+            rows.find(id, |slot| {
+                let Some(datum) = value(slot, k0) else {
+                    return;
+                };
+                let key = Key::from_datum(datum);
+                let values = key.values(&mut scratch);
+                for (query, scores) in queries.iter().zip(out.iter_mut()) {
+                    if values.len() != query.len() {
+                        raise(
+                            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                            format!("keys of {} and {} dimensions", values.len(), query.len()),
+                            None,
+                        );
+                    }
+                    // The operator's arguments in the statement's order: k0 <#> q.
+                    scores.push((id, -Metric::InnerProduct.distance(values, query)));
+                }
+            });
+        }
+        rows.finish();
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+    }
+    Some(out)
 }

@@ -308,10 +308,19 @@ pub(crate) fn semantic_by_statement(
 }
 
 /// Semantic (id, q·k0) of exactly the skills `ids` that have a key (any order), for each of
-/// `keys`: one statement for all (the keys travel as one array, key i at [512·i + 1, 512·(i + 1)]).
+/// `keys`: read by id directly where the searches may (`key::top_k::scores_of`), else one
+/// statement for all (the keys travel as one array, key i at [512·i + 1, 512·(i + 1)]).
 /// Each key is cut from the array and converted once (a materialised CTE), not once per skill:
 /// per row, that conversion cost more than the product.
 fn semantic_of(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
+    if let Some(scores) = crate::key::top_k::scores_of(keys, ids) {
+        return scores;
+    }
+    semantic_of_by_statement(keys, ids)
+}
+
+/// [`semantic_of`] through its statement, whatever the direct path could do.
+pub(crate) fn semantic_of_by_statement(keys: &[&[f32]], ids: &[i64]) -> Vec<Vec<(i64, f64)>> {
     let dims = keys.first().map_or(0, |k| k.len());
     debug_assert!(keys.iter().all(|k| k.len() == dims));
     let flat: Vec<f32> = keys.iter().flat_map(|k| k.iter().copied()).collect();

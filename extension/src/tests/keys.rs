@@ -634,6 +634,22 @@ mod tests {
             }
         }
         assert!(compared > 100);
+        // Scores of given skills (a request's parts score the pool): the statement's rows,
+        // for ids with a key, without one (deleted), with a key but no skill, unknown, and
+        // repeated.
+        let lo: i64 = one("SELECT min(skill_id) FROM skills.skill_key");
+        let hi: i64 = one("SELECT max(skill_id) FROM skills.skill_key");
+        let ids: Vec<i64> = (lo - 3..=hi + 3).chain([lo, lo + 1, lo + 2, -5]).collect();
+        let keys: Vec<&[f32]> = queries.iter().take(5).map(|q| q.as_slice()).collect();
+        let sorted = |mut rows: Vec<Vec<(i64, f64)>>| {
+            rows.iter_mut().for_each(|r| r.sort_by_key(|x| x.0));
+            rows
+        };
+        let direct = as_a_statement(|| crate::key::top_k::scores_of(&keys, &ids))
+            .expect("the direct path is open here");
+        let by_statement = crate::search::rank::semantic_of_by_statement(&keys, &ids);
+        assert!(by_statement[0].len() > 500, "{}", by_statement[0].len());
+        assert_eq!(sorted(direct), sorted(by_statement));
         // Ties: a pair's key asked for at depth 1 serves the lower id of the pair first.
         let pair: i64 = one(
             "SELECT min(s.id) FROM skills.skill AS s JOIN skills.skill_key AS k ON k.skill_id = s.id \
