@@ -177,8 +177,32 @@ fn in_order(a: &KeyHit, b: &KeyHit) -> bool {
 /// `search::rank::semantic_of` answers. None where the executor must read skills.skill_key
 /// (see the module).
 pub fn scores_of(keys: &[&[f32]], ids: &[i64]) -> Option<Vec<Vec<(i64, f64)>>> {
-    let table = table_oid(c"skill_key");
-    if table == pg_sys::InvalidOid || crate::spi::citus_installed() || !reads_whole_table(table) {
+    let rows = keyed_rows(keys, ids, false)?;
+    Some(
+        rows.into_iter()
+            .map(|hits| hits.into_iter().map(|h| (h.id, h.score)).collect())
+            .collect(),
+    )
+}
+
+/// KeyOpt's candidates among `ids`: the skills the statement sees that have a key, with q·k0 and
+/// their content hash, best first, ties by id (skill_key joined to skill, as the statement of
+/// `keyopt::rank::ranked` for given skills). None where the executor must read the tables.
+pub fn candidates_of(key: &[f32], ids: &[i64]) -> Option<Vec<KeyHit>> {
+    let mut hits = keyed_rows(&[key], ids, true)?.swap_remove(0);
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    Some(hits)
+}
+
+/// For each of `keys`, the skills of `ids` (each once) that have a key, with q·k0; with
+/// `with_skill`, only those whose skill the statement sees, with its content hash.
+fn keyed_rows(keys: &[&[f32]], ids: &[i64], with_skill: bool) -> Option<Vec<Vec<KeyHit>>> {
+    let (table, skill_table) = (table_oid(c"skill_key"), table_oid(c"skill"));
+    if table == pg_sys::InvalidOid
+        || crate::spi::citus_installed()
+        || !reads_whole_table(table)
+        || (with_skill && (skill_table == pg_sys::InvalidOid || !reads_whole_table(skill_table)))
+    {
         return None;
     }
     let queries: Vec<Vec<half::f16>> = keys
@@ -189,24 +213,34 @@ pub fn scores_of(keys: &[&[f32]], ids: &[i64]) -> Option<Vec<Vec<(i64, f64)>>> {
     ids.sort_unstable();
     ids.dedup();
     let mut out = vec![Vec::new(); keys.len()];
-    // SAFETY: skills.skill_key is opened with AccessShareLock and closed after the lookup made
-    // for it is finished; each key datum is read while its slot holds the row.
+    // SAFETY: the tables are opened with AccessShareLock and closed after the lookups made for
+    // them are finished; each key datum is read while its slot holds the row.
     unsafe {
         let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let k0 = column(heap, c"k0", pg_sys::InvalidOid);
         let mut rows = RowsById::new(heap);
+        let skills_heap = with_skill
+            .then(|| pg_sys::table_open(skill_table, pg_sys::AccessShareLock as pg_sys::LOCKMODE));
+        let mut skills = skills_heap.map(|h| SkillsById::new(h, None, true));
         let mut scratch = Vec::new();
         for (n, &id) in ids.iter().enumerate() {
             if n % 64 == 63 {
                 pgrx::check_for_interrupts!();
             }
+            let content_hash = match skills.as_mut() {
+                None => None,
+                Some(skills) => match skills.find(id) {
+                    Some(skill) => skill.content_hash,
+                    None => continue,
+                },
+            };
             rows.find(id, |slot| {
                 let Some(datum) = value(slot, k0) else {
                     return;
                 };
                 let key = Key::from_datum(datum);
                 let values = key.values(&mut scratch);
-                for (query, scores) in queries.iter().zip(out.iter_mut()) {
+                for (query, hits) in queries.iter().zip(out.iter_mut()) {
                     if values.len() != query.len() {
                         raise(
                             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
@@ -214,10 +248,51 @@ pub fn scores_of(keys: &[&[f32]], ids: &[i64]) -> Option<Vec<Vec<(i64, f64)>>> {
                             None,
                         );
                     }
-                    // The operator's arguments in the statement's order: k0 <#> q.
-                    scores.push((id, -Metric::InnerProduct.distance(values, query)));
+                    hits.push(KeyHit {
+                        id,
+                        // The operator's arguments in the statement's order: k0 <#> q.
+                        score: -Metric::InnerProduct.distance(values, query),
+                        content_hash: content_hash.clone(),
+                    });
                 }
             });
+        }
+        rows.finish();
+        if let Some(skills) = skills {
+            skills.finish();
+        }
+        if let Some(h) = skills_heap {
+            pg_sys::table_close(h, pg_sys::NoLock as pg_sys::LOCKMODE);
+        }
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+    }
+    Some(out)
+}
+
+/// The `ctid` of each skill of `ids` the statement sees (as `SELECT id, ctid FROM skills.skill
+/// WHERE id = ANY (ids)`), found through the primary key. None where the executor must read
+/// skills.skill (see the module).
+pub fn skill_tids(ids: &[i64]) -> Option<Vec<(i64, pg_skills_kernels::layout::Tid)>> {
+    let table = table_oid(c"skill");
+    if table == pg_sys::InvalidOid || crate::spi::citus_installed() || !reads_whole_table(table) {
+        return None;
+    }
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut out = Vec::with_capacity(ids.len());
+    // SAFETY: skills.skill is opened with AccessShareLock and closed after the lookup made for
+    // it is finished; the TID is read while the slot holds the row.
+    unsafe {
+        let heap = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let mut rows = RowsById::new(heap);
+        for (n, &id) in ids.iter().enumerate() {
+            if n % 64 == 63 {
+                pgrx::check_for_interrupts!();
+            }
+            if let Some(tid) = rows.find(id, |slot| crate::am::tid_of(&(*slot).tts_tid)) {
+                out.push((id, tid));
+            }
         }
         rows.finish();
         pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);

@@ -166,6 +166,18 @@ fn candidates(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(i64, String
     })
 }
 
+/// The candidates among `ids` (skill id, content hash, q·k0), best first, ties by id, through
+/// the statement (the direct read is `key::top_k::candidates_of`).
+pub(crate) fn candidates_of_by_statement(key: &[f32], ids: &[i64]) -> Vec<(i64, String, f32)> {
+    candidates(
+        &format!(
+            "{} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1",
+            candidate_select()
+        ),
+        &[key.to_vec().into(), ids.to_vec().into()],
+    )
+}
+
 /// Candidates with their similarity to the query key `$1`; the query carries the session's
 /// breadth, so that Citus shards scanning their key index read as many lists.
 fn candidate_select() -> String {
@@ -411,13 +423,13 @@ pub fn ranked(
     let read = first_stage_depth(k, depth);
     let semantic: Vec<(i64, String, f32)> = match (&only, first_stage) {
         (None, Some(computed)) => computed,
-        (Some(ids), _) => candidates(
-            &format!(
-                "{} WHERE k.skill_id = ANY($2) ORDER BY 3 DESC, 1",
-                candidate_select()
-            ),
-            &[key.clone().into(), ids.clone().into()],
-        ),
+        (Some(ids), _) => match crate::key::top_k::candidates_of(&key, ids) {
+            Some(hits) => hits
+                .into_iter()
+                .map(|h| (h.id, h.content_hash.expect("asked for"), h.score as f32))
+                .collect(),
+            None => candidates_of_by_statement(&key, ids),
+        },
         (None, None) => match (read, crate::key::top_k::direct_index()) {
             // Straight from the key index where the searches may read it (`key::top_k`).
             (Some(read), Some(index)) => {

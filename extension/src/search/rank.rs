@@ -239,8 +239,19 @@ fn memoised_scores(
     (scores, memo.contributions.supremum(&terms))
 }
 
-/// The `ctid` of each skill of `ids` the statement sees.
+/// The `ctid` of each skill of `ids` the statement sees: found through the primary key where
+/// the searches may read skills.skill directly (`key::top_k::skill_tids`), else a statement.
 fn skill_tids(ids: &[i64]) -> Vec<(i64, pg_skills_kernels::bm25index::Tid)> {
+    if let Some(tids) = crate::key::top_k::skill_tids(ids) {
+        return tids;
+    }
+    skill_tids_by_statement(ids)
+}
+
+/// [`skill_tids`] through its statement.
+pub(crate) fn skill_tids_by_statement(
+    ids: &[i64],
+) -> Vec<(i64, pg_skills_kernels::bm25index::Tid)> {
     crate::spi::read(|client| {
         let mut out = Vec::new();
         for row in crate::spi::select_kept(

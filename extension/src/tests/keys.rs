@@ -650,6 +650,27 @@ mod tests {
         let by_statement = crate::search::rank::semantic_of_by_statement(&keys, &ids);
         assert!(by_statement[0].len() > 500, "{}", by_statement[0].len());
         assert_eq!(sorted(direct), sorted(by_statement));
+        // KeyOpt's candidates among given skills: keyed skills the statement sees, with their
+        // current content hash, best first, ties by id.
+        for key in &keys {
+            let direct = as_a_statement(|| crate::key::top_k::candidates_of(key, &ids))
+                .expect("the direct path is open here");
+            let direct: Vec<(i64, String, f32)> = direct
+                .into_iter()
+                .map(|h| (h.id, h.content_hash.expect("asked for"), h.score as f32))
+                .collect();
+            let by_statement = crate::keyopt::rank::candidates_of_by_statement(key, &ids);
+            assert!(by_statement.len() > 400, "{}", by_statement.len());
+            assert_eq!(direct, by_statement);
+        }
+        // The rows' TIDs (BM25's contributions are read by TID): the statement's.
+        let mut direct = as_a_statement(|| crate::key::top_k::skill_tids(&ids))
+            .expect("the direct path is open here");
+        let mut by_statement = crate::search::rank::skill_tids_by_statement(&ids);
+        direct.sort_by_key(|r| r.0);
+        by_statement.sort_by_key(|r| r.0);
+        assert!(by_statement.len() > 500, "{}", by_statement.len());
+        assert_eq!(direct, by_statement);
         // Ties: a pair's key asked for at depth 1 serves the lower id of the pair first.
         let pair: i64 = one(
             "SELECT min(s.id) FROM skills.skill AS s JOIN skills.skill_key AS k ON k.skill_id = s.id \
