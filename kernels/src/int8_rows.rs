@@ -40,7 +40,7 @@ impl Int8Rows {
     /// `rows` (row-major, `dim` values each).
     pub fn new(rows: &[f32], dim: usize) -> Int8Rows {
         assert!(
-            dim > 0 && rows.len() % dim == 0,
+            dim > 0 && rows.len().is_multiple_of(dim),
             "rows are not whole rows of {dim}"
         );
         let mut codes = Vec::with_capacity(rows.len());
@@ -89,7 +89,7 @@ impl Int8Rows {
     /// Σ q·code per row, exactly.
     fn integer_dots(&self, q: &[i8], out: &mut [i32]) {
         #[cfg(target_arch = "x86_64")]
-        if self.dim % 64 == 0 && vnni::runs_here() {
+        if self.dim.is_multiple_of(64) && vnni::runs_here() {
             // The unsigned operand of vpdpbusd: q + 128 (in 1..=255, as q ≥ −127).
             let unsigned: Vec<u8> = q.iter().map(|&v| (v as i16 + 128) as u8).collect();
             // SAFETY: the CPU has AVX-512 VNNI (checked just above); `unsigned` has `dim`

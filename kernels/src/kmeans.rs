@@ -67,7 +67,7 @@ pub fn train_with<T: Coordinate>(
     between_steps: &mut dyn FnMut(),
 ) -> Vec<f32> {
     assert!(
-        dim > 0 && sample.len() % dim == 0,
+        dim > 0 && sample.len().is_multiple_of(dim),
         "sample is not a whole number of points"
     );
     let n = sample.len() / dim;

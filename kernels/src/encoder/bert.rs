@@ -65,7 +65,7 @@ impl BertShape {
             max_positions: int("max_position_embeddings")?,
             layer_norm_eps: config["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32,
         };
-        if shape.heads == 0 || shape.hidden % shape.heads != 0 {
+        if shape.heads == 0 || !shape.hidden.is_multiple_of(shape.heads) {
             return Err(format!(
                 "config.json: {} heads do not divide hidden size {}",
                 shape.heads, shape.hidden

@@ -47,7 +47,7 @@ pub fn initialize<S: PageWrite>(
 ) -> Meta {
     let dim_us = dim as usize;
     assert!(
-        dim > 0 && centroids.len() % dim_us == 0,
+        dim > 0 && centroids.len().is_multiple_of(dim_us),
         "centroids are not whole rows"
     );
     let zero;

@@ -1112,7 +1112,7 @@ fn metatool_hidden_partners(
                 .into_iter()
                 .map(|(d, _)| d)
                 .collect();
-            if rng.next_u64() % 2 == 0 {
+            if rng.next_u64().is_multiple_of(2) {
                 for &p in partners {
                     if !set.contains(&p) {
                         set.push(p);
