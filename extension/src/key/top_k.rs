@@ -141,13 +141,14 @@ pub fn search(
                 score: -entry.distance,
                 content_hash: skill.content_hash,
             };
-            let at = hits.partition_point(|h| in_order(h, &hit));
-            hits.insert(at, hit);
+            hits.push(hit);
             // Closed when the lowest row read scores below the depth-th: rows of later entries
             // score no higher within a batch of lists. Checked after as many rows as the SQL
             // path's `closed_top` reads (depth + 1, then 4× more each time), so that where a
-            // later batch of lists holds nearer rows (relaxed order) both keep the same ones.
+            // later batch of lists holds nearer rows (relaxed order) both keep the same ones;
+            // sorted only then, so that many tied keys cost n·log n, not an insert per row.
             if hits.len() == check_at {
+                hits.sort_by(in_order);
                 if hits[check_at - 1].score < hits[depth - 1].score {
                     break;
                 }
@@ -160,16 +161,14 @@ pub fn search(
         pg_sys::table_close(keys_heap, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::index_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     }
+    hits.sort_by(in_order);
     hits.truncate(depth);
     hits
 }
 
-/// Whether `a` comes before `b`: score descending, then id.
-fn in_order(a: &KeyHit, b: &KeyHit) -> bool {
-    match b.score.total_cmp(&a.score) {
-        std::cmp::Ordering::Equal => a.id < b.id,
-        other => other == std::cmp::Ordering::Less,
-    }
+/// The order of the hits: score descending, then id.
+fn in_order(a: &KeyHit, b: &KeyHit) -> std::cmp::Ordering {
+    b.score.total_cmp(&a.score).then(a.id.cmp(&b.id))
 }
 
 /// q·k0 of exactly the skills `ids` that have a key (any order), for each of `keys`: each key
@@ -190,7 +189,7 @@ pub fn scores_of(keys: &[&[f32]], ids: &[i64]) -> Option<Vec<Vec<(i64, f64)>>> {
 /// `keyopt::rank::ranked` for given skills). None where the executor must read the tables.
 pub fn candidates_of(key: &[f32], ids: &[i64]) -> Option<Vec<KeyHit>> {
     let mut hits = keyed_rows(&[key], ids, true)?.swap_remove(0);
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    hits.sort_by(in_order);
     Some(hits)
 }
 

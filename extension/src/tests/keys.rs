@@ -717,4 +717,40 @@ mod tests {
         assert!(crate::key::top_k::direct_index().is_none());
         exec("RESET ROLE");
     }
+
+    /// Hundreds of skills with one key (texts that embed alike): the direct search reads the
+    /// tied rows until its cut closes and serves the lowest ids, as the statement does.
+    #[pg_test]
+    fn the_direct_key_search_orders_many_tied_keys_by_id() {
+        own_skill_keys();
+        keyed_skills("tie", 900);
+        exec(
+            "UPDATE skills.skill_key SET k0 = (SELECT k0 FROM skills.skill_key ORDER BY skill_id LIMIT 1) \
+             WHERE skill_id IN (SELECT skill_id FROM skills.skill_key ORDER BY skill_id LIMIT 500)",
+        );
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 8)");
+        exec("ANALYZE skills.skill, skills.skill_key");
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SET LOCAL enable_sort = off");
+        let key: Vec<f32> =
+            one("SELECT k0::real[] FROM skills.skill_key ORDER BY skill_id LIMIT 1");
+        let lowest: Vec<i64> = Spi::connect(|c| {
+            c.select(
+                "SELECT skill_id FROM skills.skill_key ORDER BY skill_id LIMIT 10",
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| r.get::<i64>(1).unwrap().unwrap())
+            .collect()
+        });
+        for probes in ["1", "8"] {
+            exec(&format!("SET LOCAL pg_skills.key_probes = {probes}"));
+            let direct = as_a_statement(|| crate::search::rank::semantic(&key, None, Some(10)));
+            assert_eq!(ids_of(&direct), lowest, "probes {probes}");
+            assert!(direct.iter().all(|r| r.1 == direct[0].1));
+            let by_statement = crate::search::rank::semantic_by_statement(&key, None, Some(10));
+            assert_eq!(direct, by_statement, "probes {probes}");
+        }
+    }
 }
