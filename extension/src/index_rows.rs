@@ -15,6 +15,15 @@ use pg_skills_kernels::layout::Tid;
 
 use crate::errors::raise;
 
+/// The OID of the extension's table `name` in schema skills (InvalidOid: there is none).
+pub fn extension_table(name: &CStr) -> pg_sys::Oid {
+    // SAFETY: name lookups; missing_ok, so InvalidOid instead of an ERROR.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"skills".as_ptr(), true);
+        pg_sys::get_relname_relid(name.as_ptr(), schema)
+    }
+}
+
 /// The statement's snapshot (the transaction's where no statement set one).
 fn statement_snapshot() -> pg_sys::Snapshot {
     // SAFETY: snapshot lookups on the backend's thread inside a transaction.

@@ -190,11 +190,7 @@ pub fn term_scores_of(
 
 /// skills.skill's OID (InvalidOid if it is missing).
 pub fn skill_table() -> pg_sys::Oid {
-    // SAFETY: a name lookup; missing_ok, so InvalidOid instead of an ERROR.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"skills".as_ptr(), true);
-        pg_sys::get_relname_relid(c"skill".as_ptr(), schema)
-    }
+    crate::index_rows::extension_table(c"skill")
 }
 
 /// The k best skills by a bm25 index on skills.skill, read from the index directly (see the

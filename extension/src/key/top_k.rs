@@ -21,7 +21,7 @@ use pgrx::PgSqlErrorCode;
 use pg_skills_kernels::keyindex::Metric;
 
 use crate::errors::raise;
-use crate::index_rows::{column, value, RowsById, RowsByTid, SkillsById};
+use crate::index_rows::{column, extension_table, value, RowsById, RowsByTid, SkillsById};
 use crate::key::datatype::Key;
 
 /// A skill the index found: its id, score q·k0, and its content hash where asked for.
@@ -32,34 +32,25 @@ pub struct KeyHit {
     pub content_hash: Option<String>,
 }
 
-fn table_oid(name: &std::ffi::CStr) -> pg_sys::Oid {
-    // SAFETY: name lookups; missing_ok, so InvalidOid instead of an ERROR.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"skills".as_ptr(), true);
-        pg_sys::get_relname_relid(name.as_ptr(), schema)
-    }
-}
-
 /// Whether the current user reads every row of `table` with a plain SELECT: the privilege on the
 /// whole table, and no row-level security applying.
 fn reads_whole_table(table: pg_sys::Oid) -> bool {
-    // SAFETY: catalog lookups by OID on the backend's thread; noError, so no ERROR of their own.
-    unsafe {
+    // SAFETY: a catalog lookup by OID on the backend's thread; no ERROR of its own.
+    let privileged = unsafe {
         pg_sys::pg_class_aclcheck(
             table,
             pg_sys::GetUserId(),
             pg_sys::ACL_SELECT as pg_sys::AclMode,
         ) == pg_sys::AclResult::ACLCHECK_OK
-            && pg_sys::check_enable_rls(table, pg_sys::InvalidOid, true)
-                != pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-    }
+    };
+    privileged && crate::bm25::top_k::direct_allowed(table)
 }
 
 /// The skeys index the searches read directly: the first (by OID) valid, ready inner-product
 /// index on skills.skill_key's k0 alone, without a predicate. None where there is none or the
 /// executor must read the rows (see the module).
 pub fn direct_index() -> Option<pg_sys::Oid> {
-    let (keys, skills) = (table_oid(c"skill_key"), table_oid(c"skill"));
+    let (keys, skills) = (extension_table(c"skill_key"), extension_table(c"skill"));
     if keys == pg_sys::InvalidOid
         || skills == pg_sys::InvalidOid
         || crate::spi::citus_installed()
@@ -121,7 +112,7 @@ pub fn search(
             pg_sys::AccessShareLock as pg_sys::LOCKMODE,
         );
         let skills_heap = pg_sys::table_open(
-            table_oid(c"skill"),
+            extension_table(c"skill"),
             pg_sys::AccessShareLock as pg_sys::LOCKMODE,
         );
         crate::am::count_index_scan(rel);
@@ -196,7 +187,7 @@ pub fn candidates_of(key: &[f32], ids: &[i64]) -> Option<Vec<KeyHit>> {
 /// For each of `keys`, the skills of `ids` (each once) that have a key, with q·k0; with
 /// `with_skill`, only those whose skill the statement sees, with its content hash.
 fn keyed_rows(keys: &[&[f32]], ids: &[i64], with_skill: bool) -> Option<Vec<Vec<KeyHit>>> {
-    let (table, skill_table) = (table_oid(c"skill_key"), table_oid(c"skill"));
+    let (table, skill_table) = (extension_table(c"skill_key"), extension_table(c"skill"));
     if table == pg_sys::InvalidOid
         || crate::spi::citus_installed()
         || !reads_whole_table(table)
@@ -272,7 +263,7 @@ fn keyed_rows(keys: &[&[f32]], ids: &[i64], with_skill: bool) -> Option<Vec<Vec<
 /// WHERE id = ANY (ids)`), found through the primary key. None where the executor must read
 /// skills.skill (see the module).
 pub fn skill_tids(ids: &[i64]) -> Option<Vec<(i64, pg_skills_kernels::layout::Tid)>> {
-    let table = table_oid(c"skill");
+    let table = extension_table(c"skill");
     if table == pg_sys::InvalidOid || crate::spi::citus_installed() || !reads_whole_table(table) {
         return None;
     }
