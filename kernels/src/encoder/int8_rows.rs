@@ -5,14 +5,21 @@
 //!
 //! Why: the products are about half of a request's forward pass in 16-bit integers
 //! ([`super::int16_rows`]), at about one `vpdpwssd` a cycle. What it costs: request keys within
-//! cosine 0.997 of f32 (0.999 on average), against 0.99999 for the 16-bit products; retrieval
-//! quality measured equal in `benches/RESULTS.md` ("8-bit products").
+//! cosine 0.998 of f32 (0.9995 on average, smoothed), against 0.99999 for the 16-bit products;
+//! retrieval quality measured equal in `benches/RESULTS.md` ("8-bit products").
 //!
 //! An input row x is stored as q = round(x / step) + zero in 0..=255 (its range widened to take
 //! 0, so that zero is a whole step), so Σ_k x_k·w_k = step·w_scale·(Σ_k q_k·w_k − zero·Σ_k w_k):
 //! the weights' sums per output are kept with them. The integer sums are exact: each lane
 //! receives at most 255·127 per input, so a product of up to [`MAX_INPUTS`] inputs cannot
 //! overflow 32 bits, even with the zero point's correction.
+//!
+//! Smoothing ([`Int8Weight::smoothed`]): a few input channels of the model's products carry values
+//! tens of times larger than the rest in every row (layer-norm outputs above all), so a row's
+//! 255 steps span them and the other channels get only a few steps each. Each input channel j
+//! then has a factor c_j: rows are quantised as x_j·c_j and the weights as W_oj / c_j, the same
+//! product in exact arithmetic, with the channels' ranges evened out (SmoothQuant's migration of
+//! the range from activations to weights).
 //!
 //! Layout: the weights are packed once into panels of 64 outputs, each panel a run of input
 //! quads holding the 64 outputs' four weights side by side: one 512-bit load gives 16 outputs'
@@ -41,6 +48,9 @@ pub struct Int8Weight {
     scales: Vec<f32>,
     /// Per output (padded likewise): the sum of its integer weights, for the zero point.
     sums: Vec<i32>,
+    /// Per input channel, the factor its values are multiplied by before the row's grid
+    /// (the weights were divided by it); None: every factor is 1.
+    input_factors: Option<Vec<f32>>,
     inputs: usize,
     outputs: usize,
 }
@@ -50,6 +60,31 @@ impl Int8Weight {
     /// 2·127+1 steps over their own largest magnitude, and packs them; None where a weight is
     /// not finite, inputs is not a multiple of 4, or there are more than [`MAX_INPUTS`].
     pub fn new(weight: &[f32], inputs: usize, outputs: usize) -> Option<Int8Weight> {
+        Self::packed(weight, inputs, outputs, None)
+    }
+
+    /// As [`Int8Weight::new`] for inputs multiplied by `factors` (one per input, positive and
+    /// finite) before their row's grid: the weights are divided by them, so that the product
+    /// stays x·Wᵀ. None also where a factor is not positive and finite.
+    pub fn smoothed(
+        weight: &[f32],
+        inputs: usize,
+        outputs: usize,
+        factors: &[f32],
+    ) -> Option<Int8Weight> {
+        assert_eq!(factors.len(), inputs);
+        if !factors.iter().all(|&c| c.is_finite() && c > 0.0) {
+            return None;
+        }
+        Self::packed(weight, inputs, outputs, Some(factors))
+    }
+
+    fn packed(
+        weight: &[f32],
+        inputs: usize,
+        outputs: usize,
+        factors: Option<&[f32]>,
+    ) -> Option<Int8Weight> {
         assert_eq!(weight.len(), inputs * outputs);
         if !inputs.is_multiple_of(4) || inputs > MAX_INPUTS {
             return None;
@@ -60,7 +95,16 @@ impl Int8Weight {
         let mut scales = vec![0f32; panels * PANEL];
         let mut sums = vec![0i32; panels * PANEL];
         let mut row = Vec::with_capacity(inputs);
+        let mut divided = Vec::with_capacity(if factors.is_some() { inputs } else { 0 });
         for (o, weights) in weight.chunks_exact(inputs.max(1)).enumerate() {
+            let weights = match factors {
+                Some(factors) => {
+                    divided.clear();
+                    divided.extend(weights.iter().zip(factors).map(|(w, c)| w / c));
+                    divided.as_slice()
+                }
+                None => weights,
+            };
             scales[o] = quantize_weights(weights, &mut row)?;
             sums[o] = row.iter().map(|&w| w as i32).sum();
             let (p, j) = (o / PANEL, o % PANEL);
@@ -73,9 +117,23 @@ impl Int8Weight {
             packed,
             scales,
             sums,
+            input_factors: factors.map(<[f32]>::to_vec),
             inputs,
             outputs,
         })
+    }
+}
+
+/// The smoothing factor of an input channel whose values reach `activations` in magnitude
+/// (over calibration rows) and whose weights reach `weights`: √(weights / activations), which
+/// leaves the channel √(activations·weights) wide on both sides (SmoothQuant with migration
+/// strength ½); 1 for a channel never seen or with no weight.
+pub fn smoothing_factor(activations: f32, weights: f32) -> f32 {
+    let c = (weights / activations).sqrt();
+    if activations > 0.0 && weights > 0.0 && c.is_finite() && c > 0.0 {
+        c
+    } else {
+        1.0
     }
 }
 
@@ -116,17 +174,21 @@ fn grid_of(low: f32, high: f32) -> (RowGrid, f32) {
     )
 }
 
-/// A row on its unsigned grid (the definition [`vnni::quantize_row`] follows bit for bit);
-/// None where a value is not finite.
+/// A row, each value times its factor (None: 1), on its unsigned grid (the definition
+/// [`vnni::quantize_row`] follows bit for bit); None where a value is not finite.
 #[cfg(test)]
-fn quantize_row(row: &[f32], out: &mut [u8]) -> Option<RowGrid> {
+fn quantize_row(row: &[f32], factors: Option<&[f32]>, out: &mut [u8]) -> Option<RowGrid> {
     if !row.iter().all(|v| v.is_finite()) {
         return None;
     }
+    let row: Vec<f32> = match factors {
+        Some(factors) => row.iter().zip(factors).map(|(v, c)| v * c).collect(),
+        None => row.to_vec(),
+    };
     let low = row.iter().fold(f32::INFINITY, |m, &v| m.min(v));
     let high = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let (grid, inverse) = grid_of(low, high);
-    for (q, v) in out.iter_mut().zip(row) {
+    for (q, v) in out.iter_mut().zip(&row) {
         *q = ((v * inverse).round_ties_even() as i32 + grid.zero).clamp(0, 255) as u8;
     }
     Some(grid)
@@ -175,9 +237,11 @@ pub fn product(
     {
         let mut x = vec![0u8; rows * inputs];
         let mut grids = Vec::with_capacity(rows);
+        let factors = weight.input_factors.as_deref();
         for (row, q) in input.chunks_exact(inputs).zip(x.chunks_exact_mut(inputs)) {
-            // SAFETY: the CPU has AVX-512 F and BW (`available`); q is as long as row.
-            match unsafe { vnni::quantize_row(row, q) } {
+            // SAFETY: the CPU has AVX-512 F and BW (`available`); q and the factors are as long
+            // as row.
+            match unsafe { vnni::quantize_row(row, factors, q) } {
                 Some(grid) => grids.push(grid),
                 None => return false,
             }
@@ -251,7 +315,10 @@ unsafe fn add_panel(job: &Job, panel: usize, out: *mut f32) {
                 .map(|residual| &residual[r * w.outputs + first..][..width]);
             (&start.bias[first..first + width], residual)
         });
-        let weights = (&w.sums[first..first + width], &w.scales[first..first + width]);
+        let weights = (
+            &w.sums[first..first + width],
+            &w.scales[first..first + width],
+        );
         // SAFETY: the CPU has AVX-512 F (this function's contract); the slices are `width`
         // long or longer (row_sums: 64).
         unsafe { vnni::finish_row(row, start, &row_sums[..width], weights, job.grids[r]) };
@@ -277,10 +344,24 @@ mod vnni {
     /// [`super::quantize_row`] in 16-lane steps (an input row is quantised for every product).
     ///
     /// # Safety
-    /// The CPU supports AVX-512 F and BW; `out` is as long as `row`.
+    /// The CPU supports AVX-512 F and BW; `out`, and `factors` where given, are as long as
+    /// `row`.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn quantize_row(row: &[f32], out: &mut [u8]) -> Option<RowGrid> {
+    pub unsafe fn quantize_row(
+        row: &[f32],
+        factors: Option<&[f32]>,
+        out: &mut [u8],
+    ) -> Option<RowGrid> {
         debug_assert_eq!(row.len(), out.len());
+        debug_assert!(factors.is_none_or(|f| f.len() == row.len()));
+        // Lanes past the row read 0 (either way).
+        let load = |mask: __mmask16, at: usize| {
+            let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at));
+            match factors {
+                Some(f) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, f.as_ptr().add(at))),
+                None => v,
+            }
+        };
         let mut low = _mm512_set1_ps(f32::INFINITY);
         let mut high = _mm512_set1_ps(f32::NEG_INFINITY);
         let mut not_finite: __mmask16 = 0;
@@ -288,10 +369,10 @@ mod vnni {
         let mut at = 0;
         while at < row.len() {
             let mask = lanes(row.len(), at);
-            let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at));
+            let v = load(mask, at);
             // NaN compares unordered and infinity above f32::MAX: either sets a bit.
             not_finite |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(_mm512_abs_ps(v), finite_limit);
-            // Lanes past the row read 0, which the grid takes in anyway.
+            // Lanes past the row are 0, which the grid takes in anyway.
             low = _mm512_min_ps(low, v);
             high = _mm512_max_ps(high, v);
             at += 16;
@@ -306,7 +387,7 @@ mod vnni {
         let mut at = 0;
         while at < row.len() {
             let mask = lanes(row.len(), at);
-            let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at));
+            let v = load(mask, at);
             // Round to nearest (even), move by the zero point, keep within 0..=255, narrow.
             let q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, inverse)), zero);
             let q = _mm512_min_epi32(_mm512_max_epi32(q, bottom), top);
@@ -440,15 +521,26 @@ mod tests {
 
     /// The product as defined: every row and weight on its grid, integer sums, then
     /// [`value`]; what the kernel must give bit for bit.
-    fn scalar_product(input: &[f32], rows: usize, weight: &[f32], inputs: usize, out: &mut [f32]) {
+    fn scalar_product(
+        input: &[f32],
+        rows: usize,
+        weight: &[f32],
+        inputs: usize,
+        factors: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
         let outputs = weight.len() / inputs;
         let mut w = Vec::with_capacity(inputs);
         let mut x = vec![0u8; inputs];
         for o in 0..outputs {
-            let scale = quantize_weights(&weight[o * inputs..][..inputs], &mut w).unwrap();
+            let mut weights = weight[o * inputs..][..inputs].to_vec();
+            if let Some(factors) = factors {
+                weights.iter_mut().zip(factors).for_each(|(w, c)| *w /= c);
+            }
+            let scale = quantize_weights(&weights, &mut w).unwrap();
             let weight_sum: i32 = w.iter().map(|&v| v as i32).sum();
             for r in 0..rows {
-                let grid = quantize_row(&input[r * inputs..][..inputs], &mut x).unwrap();
+                let grid = quantize_row(&input[r * inputs..][..inputs], factors, &mut x).unwrap();
                 let sum: i32 = x.iter().zip(&w).map(|(&a, &b)| a as i32 * b as i32).sum();
                 out[r * outputs + o] += value(sum, grid, weight_sum, scale);
             }
@@ -479,7 +571,7 @@ mod tests {
                 let mut got = start.clone();
                 assert!(product(&input, rows, &q, 256, None, &mut got));
                 let mut defined = start.clone();
-                scalar_product(&input, rows, &weight, inputs, &mut defined);
+                scalar_product(&input, rows, &weight, inputs, None, &mut defined);
                 assert_eq!(got, defined, "{rows}×{inputs}→{outputs} shift {shift}");
                 let mut want = start.clone();
                 reference(&input, rows, &weight, inputs, &mut want);
@@ -538,11 +630,19 @@ mod tests {
                 let mut row: Vec<f32> = values(len, len as u64).iter().map(|v| v + shift).collect();
                 row[len / 2] = 0.5 + shift; // a value on the grid of some rows: both round alike
                 let (mut scalar, mut vector) = (vec![0u8; len], vec![0u8; len]);
-                let a = quantize_row(&row, &mut scalar);
+                let a = quantize_row(&row, None, &mut scalar);
                 // SAFETY: the CPU has AVX-512 (here()); the lengths match.
-                let b = unsafe { vnni::quantize_row(&row, &mut vector) };
+                let b = unsafe { vnni::quantize_row(&row, None, &mut vector) };
                 assert_eq!(a, b, "{len} {shift}");
                 assert_eq!(scalar, vector, "{len} {shift}");
+                // With factors: the same definition, row times factors.
+                let factors: Vec<f32> = values(len, 17).iter().map(|v| 0.25 + v.abs()).collect();
+                let (mut scalar_f, mut vector_f) = (vec![0u8; len], vec![0u8; len]);
+                let a_f = quantize_row(&row, Some(&factors), &mut scalar_f);
+                // SAFETY: as above.
+                let b_f = unsafe { vnni::quantize_row(&row, Some(&factors), &mut vector_f) };
+                assert_eq!(a_f, b_f, "{len} {shift} with factors");
+                assert_eq!(scalar_f, vector_f, "{len} {shift} with factors");
                 // The range spans the grid: 0 and 255 are both used but where 0 is an end.
                 let grid = a.unwrap();
                 assert!(scalar.contains(&255) || grid.zero == 255, "{len} {shift}");
@@ -553,7 +653,7 @@ mod tests {
                         let mut row = row.clone();
                         row[at] = bad;
                         // SAFETY: as above.
-                        assert_eq!(unsafe { vnni::quantize_row(&row, &mut vector) }, None);
+                        assert_eq!(unsafe { vnni::quantize_row(&row, None, &mut vector) }, None);
                     }
                 }
             }
@@ -609,5 +709,67 @@ mod tests {
         let mut out = vec![0.5, -2.0, 3.0];
         assert!(product(&[0.0; 64], 1, &q, 256, None, &mut out));
         assert_eq!(out, [0.5, -2.0, 3.0]);
+    }
+
+    #[test]
+    fn smoothing_keeps_the_product_and_evens_out_a_wide_channel() {
+        if !here() {
+            return;
+        }
+        // Rows whose channel 5 is 40 times the others (as a layer norm's outlier channel).
+        let (rows, inputs, outputs) = (9, 384, 131);
+        let mut input = values(rows * inputs, 3);
+        for row in input.chunks_exact_mut(inputs) {
+            row[5] *= 40.0;
+            row[5] += 30.0;
+        }
+        let weight = values(outputs * inputs, 5);
+        let largest =
+            |values: &mut dyn Iterator<Item = f32>| values.fold(0f32, |m, v| m.max(v.abs()));
+        let factors: Vec<f32> = (0..inputs)
+            .map(|j| {
+                let a = largest(&mut input.chunks_exact(inputs).map(|row| row[j]));
+                let b = largest(&mut weight.chunks_exact(inputs).map(|row| row[j]));
+                smoothing_factor(a, b)
+            })
+            .collect();
+        assert!(
+            factors[5] < 0.5 * factors[6],
+            "{} {}",
+            factors[5],
+            factors[6]
+        );
+        assert_eq!(smoothing_factor(0.0, 1.0), 1.0);
+        assert_eq!(smoothing_factor(1.0, 0.0), 1.0);
+        assert_eq!(smoothing_factor(4.0, 1.0), 0.5);
+        let plain = Int8Weight::new(&weight, inputs, outputs).unwrap();
+        let smooth = Int8Weight::smoothed(&weight, inputs, outputs, &factors).unwrap();
+        let mut exact = vec![0f32; rows * outputs];
+        reference(&input, rows, &weight, inputs, &mut exact);
+        let error = |q: &Int8Weight| {
+            let mut got = vec![0f32; rows * outputs];
+            assert!(product(&input, rows, q, 256, None, &mut got));
+            got.iter()
+                .zip(&exact)
+                .map(|(g, e)| (g - e).abs())
+                .fold(0f32, f32::max)
+        };
+        // The definition bit for bit, and a smaller error than without the factors.
+        let mut got = vec![0f32; rows * outputs];
+        assert!(product(&input, rows, &smooth, 256, None, &mut got));
+        let mut defined = vec![0f32; rows * outputs];
+        scalar_product(&input, rows, &weight, inputs, Some(&factors), &mut defined);
+        assert_eq!(got, defined);
+        let (without, with) = (error(&plain), error(&smooth));
+        assert!(
+            with * 2.0 < without,
+            "error {with} with factors, {without} without"
+        );
+        // Factors that are not positive and finite are refused.
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            let mut factors = factors.clone();
+            factors[7] = bad;
+            assert!(Int8Weight::smoothed(&weight, inputs, outputs, &factors).is_none());
+        }
     }
 }
