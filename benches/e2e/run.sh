@@ -16,7 +16,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$here/../common.sh"
-B=/usr/lib/postgresql/15/bin
+B=${PGBIN:-/usr/lib/postgresql/15/bin}
 D=${PG_SKILLS_E2E_DIR:-/var/tmp/pg_skills-e2e-bench}
 P=${PG_SKILLS_E2E_PORT:-54420}
 N=${N:-100000}

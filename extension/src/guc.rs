@@ -391,7 +391,7 @@ pub fn init() {
     GucRegistry::define_enum_guc(
         c"pg_skills.query_precision",
         c"How a search encodes its request: bf16 (bfloat16 products on AMX tiles, where the CPU has AMX-BF16; elsewhere as int16), int16 (16-bit integer products, on CPUs with AVX-512 VNNI or AVX2), int8 (8-bit integer products, on CPUs with AVX-512 VNNI; elsewhere as int16) or f32.",
-        c"On this project's benchmark CPU a 30-token request takes about 3 ms in bf16, 2.5 in int16, 1.9 in int8, 8-9 in f32; the bf16 and int16 keys are within cosine 0.9999 of the f32 one, the int8 key within 0.996 (0.999 on average), with the same retrieval quality on the measured sets. Stored skill keys are encoded as pg_skills.document_precision says (f32 by default). Without AVX2 every setting encodes in f32.",
+        c"On this project's benchmark CPU a 30-token request takes about 3 ms in bf16, 2.5 in int16, 1.9 in int8, 8-9 in f32; the bf16 and int16 keys are within cosine 0.9999 of the f32 one, the int8 key within 0.997 (0.9995 on average), with the same retrieval quality on the measured sets. Stored skill keys are encoded as pg_skills.document_precision says (f32 by default). Without AVX2 every setting encodes in f32.",
         &QUERY_PRECISION,
         GucContext::Userset,
         GucFlags::default(),
