@@ -5,7 +5,7 @@
 //!
 //! Why: the products are about half of a request's forward pass in 16-bit integers
 //! ([`super::int16_rows`]), at about one `vpdpwssd` a cycle. What it costs: request keys within
-//! cosine 0.998 of f32 (0.9995 on average, smoothed), against 0.99999 for the 16-bit products;
+//! cosine 0.997 of f32 (0.9995 on average, smoothed), against 0.99999 for the 16-bit products;
 //! retrieval quality measured equal in `benches/RESULTS.md` ("8-bit products").
 //!
 //! An input row x is stored as q = round(x / step) + zero in 0..=255 (its range widened to take
