@@ -144,6 +144,16 @@ const DENSE_PER_LAYER: usize = 4;
 /// smoothing the attention output's and the last product's inputs too changed nothing.
 const SMOOTHED: [usize; 2] = [0, 2];
 
+/// Widens each column's largest magnitude in `range` to that of the rows of `values` (rows as
+/// long as `range`).
+fn widen_to_columns(range: &mut [f32], values: &[f32]) {
+    for row in values.chunks_exact(range.len()) {
+        for (r, v) in range.iter_mut().zip(row) {
+            *r = r.max(v.abs());
+        }
+    }
+}
+
 fn tensor(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Vec<f32>, String> {
     vb.get(shape, name)
         .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
@@ -248,32 +258,27 @@ impl Bert {
                 if !SMOOTHED.contains(&(product % DENSE_PER_LAYER)) {
                     return;
                 }
-                let range = &mut ranges[product];
-                for row in input.chunks_exact(range.len()) {
-                    for (r, v) in range.iter_mut().zip(row) {
-                        *r = r.max(v.abs());
-                    }
-                }
+                widen_to_columns(&mut ranges[product], input);
             };
             // Passes of at most a query's rows: the products then take the few-rows path, which
             // runs on the team this is called from. In 16-bit products (within cosine 0.99999
             // of f32, and faster: this runs in the first 8-bit pass of every process).
             let texts = &self.calibration;
-            let mut first = 0;
-            while first < texts.len() {
-                let (mut end, mut rows) = (first + 1, texts[first].len());
-                while end < texts.len() && rows + texts[end].len() <= super::few_rows::MAX_ROWS {
-                    rows += texts[end].len();
-                    end += 1;
-                }
-                let batch: Vec<&[u32]> = texts[first..end].iter().map(Vec::as_slice).collect();
+            let order: Vec<usize> = (0..texts.len()).collect();
+            let passes = super::passes_of(
+                &order,
+                |i| texts[i].len(),
+                usize::MAX,
+                super::few_rows::MAX_ROWS,
+            );
+            for pass in passes {
+                let batch: Vec<&[u32]> = pass.iter().map(|&i| texts[i].as_slice()).collect();
                 if self
                     .hidden_states(&batch, Precision::Int16, &mut observe)
                     .is_err()
                 {
                     return vec![None; products];
                 }
-                first = end;
             }
             let denses = self.layers.iter().flat_map(Layer::dense);
             denses
@@ -284,11 +289,7 @@ impl Bert {
                         return None;
                     }
                     let mut weight_range = vec![0f32; dense.inputs];
-                    for row in dense.weight.chunks_exact(dense.inputs) {
-                        for (r, w) in weight_range.iter_mut().zip(row) {
-                            *r = r.max(w.abs());
-                        }
-                    }
+                    widen_to_columns(&mut weight_range, &dense.weight);
                     let factors: Vec<f32> = range
                         .iter()
                         .zip(&weight_range)

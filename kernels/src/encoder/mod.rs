@@ -352,21 +352,7 @@ impl Encoder {
             Precision::Bf16 if Precision::bf16_available() => usize::MAX,
             _ => few_rows::MAX_ROWS,
         };
-        let mut passes: Vec<Vec<usize>> = Vec::new();
-        let mut rows = 0;
-        for &i in &order {
-            let len = ids[i].len();
-            match passes.last_mut() {
-                Some(pass) if pass.len() < batch_size.max(1) && rows + len <= row_limit => {
-                    pass.push(i);
-                    rows += len;
-                }
-                _ => {
-                    passes.push(vec![i]);
-                    rows = len;
-                }
-            }
-        }
+        let passes = passes_of(&order, |i| ids[i].len(), batch_size, row_limit);
         let mut out = vec![Vec::new(); texts.len()];
         let mut done = 0;
         for chunk in &passes {
@@ -403,6 +389,32 @@ impl Encoder {
         }
         Ok(rows)
     }
+}
+
+/// The texts of `order`, in that order, packed into passes of at most `max_texts` texts (at
+/// least 1) and `max_rows` rows (a longer text is a pass of its own); `rows(i)`: text i's rows.
+fn passes_of(
+    order: &[usize],
+    rows: impl Fn(usize) -> usize,
+    max_texts: usize,
+    max_rows: usize,
+) -> Vec<Vec<usize>> {
+    let mut passes: Vec<Vec<usize>> = Vec::new();
+    let mut filled = 0;
+    for &i in order {
+        let len = rows(i);
+        match passes.last_mut() {
+            Some(pass) if pass.len() < max_texts.max(1) && filled + len <= max_rows => {
+                pass.push(i);
+                filled += len;
+            }
+            _ => {
+                passes.push(vec![i]);
+                filled = len;
+            }
+        }
+    }
+    passes
 }
 
 /// Scales `v` to unit L2 norm (a zero vector stays zero).
