@@ -208,6 +208,72 @@ pub fn cached_embeddings(encoder: &Encoder, texts: &[String]) -> Vec<Vec<f32>> {
     vectors
 }
 
+/// The embeddings of each text's parts (`needs::part_spans`), each read in its text's own
+/// pass (`Encoder::embed_with_parts`, f32), as a search that covers parts serves them; a part
+/// the pass does not reach is encoded alone. A text of one part has none. Cached on disk like
+/// [`cached_embeddings`].
+pub fn cached_parts_in_context(encoder: &Encoder, texts: &[String]) -> Vec<Vec<Vec<f32>>> {
+    use pg_skills_kernels::encoder::Precision;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ("parts in context", texts).hash(&mut h);
+    pg_skills_kernels::encoder::MODEL_MANIFEST.hash(&mut h);
+    let dir = PathBuf::from("/var/tmp/pg_skills-eval-cache");
+    let path = dir.join(format!("{:016x}.parts.f32", h.finish()));
+    if let Ok(bytes) = std::fs::read(&path) {
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        // Per text: its number of parts, then that many embeddings.
+        let mut at = 0;
+        let mut out = Vec::with_capacity(texts.len());
+        while at < values.len() && out.len() < texts.len() {
+            let n = values[at] as usize;
+            at += 1;
+            out.push(
+                values[at..(at + n * 384).min(values.len())]
+                    .chunks(384)
+                    .map(<[f32]>::to_vec)
+                    .collect(),
+            );
+            at += n * 384;
+        }
+        if out.len() == texts.len() && at == values.len() {
+            return out;
+        }
+    }
+    let out: Vec<Vec<Vec<f32>>> = texts
+        .iter()
+        .map(|t| {
+            let parts = pg_skills_kernels::needs::part_spans(t);
+            if parts.len() < 2 {
+                return Vec::new();
+            }
+            let spans: Vec<_> = parts.iter().map(|p| p.spans.clone()).collect();
+            let (_, keys) = encoder
+                .embed_with_parts(None, t, &spans, Precision::F32)
+                .expect("embed");
+            keys.into_iter()
+                .zip(&parts)
+                .map(|(k, p)| {
+                    k.unwrap_or_else(|| encoder.embed(&[p.text.as_str()]).expect("embed").remove(0))
+                })
+                .collect()
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    for parts in &out {
+        bytes.extend((parts.len() as f32).to_le_bytes());
+        for x in parts.iter().flatten() {
+            bytes.extend(x.to_le_bytes());
+        }
+    }
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(&path, bytes);
+    out
+}
+
 pub fn row(name: &str, m: &Metrics) -> String {
     format!(
         "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",

@@ -9,6 +9,8 @@
 //! adds for parts that earlier candidates have not covered yet. A request of one part keeps the
 //! whole request's order unchanged.
 
+use std::ops::Range;
+
 use unicode_segmentation::UnicodeSegmentation;
 
 /// At most this many parts are scored (longer requests have adjacent parts joined): each part
@@ -30,12 +32,26 @@ pub const COVERAGE_WEIGHT: f32 = 0.3;
 /// candidate (score units; MiniLM cosines of one part's good matches lie within about 0.1).
 pub const COVERAGE_WIDTH: f32 = 0.05;
 
+/// A part of a request: its text and where that text lies in the request (byte ranges, one per
+/// piece it was joined from: a code block between two pieces is left out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub text: String,
+    pub spans: Vec<Range<usize>>,
+}
+
 /// The parts of a request, in order: sentences and list items, fenced code blocks dropped,
 /// short pieces joined to the previous one, at most [`MAX_PARTS`]. A request of one sentence is
 /// cut into its clauses instead ("book a flight to Oslo and find a hotel near the airport"). One
 /// part (or none) means the request is not split.
 pub fn parts(text: &str) -> Vec<String> {
-    let mut pieces: Vec<String> = Vec::new();
+    part_spans(text).into_iter().map(|p| p.text).collect()
+}
+
+/// [`parts`], each with where it lies in `text` (what `Encoder::embed_with_parts` pools a
+/// part's key over).
+pub fn part_spans(text: &str) -> Vec<Part> {
+    let mut pieces: Vec<Piece> = Vec::new();
     let mut in_code = false;
     for line in text.lines() {
         let trimmed = line.trim();
@@ -49,7 +65,7 @@ pub fn parts(text: &str) -> Vec<String> {
         for sentence in strip_list_marker(trimmed).unicode_sentences() {
             let sentence = sentence.trim();
             if !sentence.is_empty() {
-                pieces.push(sentence.to_string());
+                pieces.push(Piece::of(text, sentence));
             }
         }
     }
@@ -58,7 +74,10 @@ pub fn parts(text: &str) -> Vec<String> {
     // sentences are the needs, and the clauses of each are mostly steps of one need (measured:
     // cutting every sentence lost NDCG on SkillsBench's multi-sentence tasks).
     if let [(sentence, _)] = joined.as_slice() {
-        let cut: Vec<String> = clauses(sentence).into_iter().map(str::to_string).collect();
+        let cut: Vec<Piece> = clauses(&sentence.text)
+            .into_iter()
+            .map(|range| sentence.slice(range))
+            .collect();
         joined = joined_short(cut, MIN_CLAUSE_WORDS);
     }
     // Too many parts: join the adjacent pair with the fewest words until few enough.
@@ -67,23 +86,80 @@ pub fn parts(text: &str) -> Vec<String> {
             .min_by_key(|&i| joined[i].1 + joined[i + 1].1)
             .expect("more than one part");
         let (next, n) = joined.remove(at + 1);
-        joined[at].0.push(' ');
-        joined[at].0.push_str(&next);
+        joined[at].0.append(next);
         joined[at].1 += n;
     }
-    joined.into_iter().map(|(text, _)| text).collect()
+    joined
+        .into_iter()
+        .map(|(piece, _)| Part {
+            spans: piece.segments.iter().map(|(_, r)| r.clone()).collect(),
+            text: piece.text,
+        })
+        .collect()
+}
+
+/// A piece of a request's text: its text, and for each run of it copied from the request, where
+/// the run starts in `text` and the bytes of the request it copies.
+#[derive(Clone, Debug)]
+struct Piece {
+    text: String,
+    segments: Vec<(usize, Range<usize>)>,
+}
+
+impl Piece {
+    /// `sub`, a slice of `request`, as a piece.
+    fn of(request: &str, sub: &str) -> Piece {
+        // Both are the same allocation's bytes (`sub` was sliced from `request`), so the
+        // distance between their starts is sub's offset.
+        let start = sub.as_ptr() as usize - request.as_ptr() as usize;
+        debug_assert!(start + sub.len() <= request.len());
+        Piece {
+            text: sub.to_string(),
+            segments: vec![(0, start..start + sub.len())],
+        }
+    }
+
+    /// The piece's bytes `range` (on character boundaries) as a piece of its own.
+    fn slice(&self, range: Range<usize>) -> Piece {
+        let segments = self
+            .segments
+            .iter()
+            .filter_map(|(at, copied)| {
+                let lo = range.start.max(*at);
+                let hi = range.end.min(at + copied.len());
+                (lo < hi).then(|| {
+                    (
+                        lo - range.start,
+                        copied.start + (lo - at)..copied.start + (hi - at),
+                    )
+                })
+            })
+            .collect();
+        Piece {
+            text: self.text[range].to_string(),
+            segments,
+        }
+    }
+
+    /// `next` joined after this piece with a space between.
+    fn append(&mut self, next: Piece) {
+        self.text.push(' ');
+        let shift = self.text.len();
+        self.text.push_str(&next.text);
+        self.segments
+            .extend(next.segments.into_iter().map(|(at, r)| (at + shift, r)));
+    }
 }
 
 /// Pieces with their word counts (counted once: a long request has thousands of pieces), a
 /// piece shorter than `least` words joined to the previous one (and the next one to it).
-fn joined_short(pieces: Vec<String>, least: usize) -> Vec<(String, usize)> {
-    let mut joined: Vec<(String, usize)> = Vec::new();
+fn joined_short(pieces: Vec<Piece>, least: usize) -> Vec<(Piece, usize)> {
+    let mut joined: Vec<(Piece, usize)> = Vec::new();
     for piece in pieces {
-        let n = words(&piece);
+        let n = words(&piece.text);
         match joined.last_mut() {
             Some((last, m)) if n < least || *m < least => {
-                last.push(' ');
-                last.push_str(&piece);
+                last.append(piece);
                 *m += n;
             }
             _ => joined.push((piece, n)),
@@ -98,9 +174,9 @@ fn joined_short(pieces: Vec<String>, least: usize) -> Vec<(String, usize)> {
 /// its own ("find flights and hotels", [`MIN_CLAUSE_WORDS`]) joins its neighbour again.
 const JOINING_WORDS: [&str; 4] = [" and ", " then ", " also ", " as well as "];
 
-/// The clauses of a sentence: cut after each ';' and before each of [`JOINING_WORDS`], trimmed,
-/// empty ones left out.
-fn clauses(sentence: &str) -> Vec<&str> {
+/// The clauses of a sentence (byte ranges of it): cut after each ';' and before each of
+/// [`JOINING_WORDS`], trimmed, empty ones left out.
+fn clauses(sentence: &str) -> Vec<Range<usize>> {
     // ASCII lower-casing keeps every byte offset, so cuts found in `lower` apply to `sentence`.
     let lower = sentence.to_ascii_lowercase();
     let mut cuts: Vec<usize> = lower.match_indices(';').map(|(at, _)| at + 1).collect();
@@ -112,9 +188,11 @@ fn clauses(sentence: &str) -> Vec<&str> {
     let mut start = 0;
     let mut out = Vec::new();
     for cut in cuts {
-        let clause = sentence[start..cut].trim();
+        let raw = &sentence[start..cut];
+        let clause = raw.trim();
         if !clause.is_empty() {
-            out.push(clause);
+            let from = start + (raw.len() - raw.trim_start().len());
+            out.push(from..from + clause.len());
         }
         start = cut;
     }
@@ -297,6 +375,44 @@ mod tests {
             p.join(" ").split_whitespace().count(),
             longest.split_whitespace().count()
         );
+    }
+
+    #[test]
+    fn every_part_is_the_request_bytes_its_spans_name() {
+        let requests = [
+            "You need to calculate the mass of a printed part. Data:\n\n\
+             1. Parse the binary STL and find the largest component.\n\
+             ```json\n{\"mass\": 1.5}\n```\n\
+             - Save the report as JSON. Ok.",
+            "  Book a flight to Oslo for Friday and find a hotel near the airport;  then email me.",
+            "Résumé: trouver un hôtel à Zürich and réserver un vol pour demain matin s'il vous plaît",
+            "One. Two. Three four five six. Seven eight nine ten eleven. Twelve thirteen fourteen \
+             fifteen. A b c d e. F g h i j. K l m n o. P q r s t. U v w x y. Last sentence here.",
+        ];
+        for request in requests {
+            let parts = part_spans(request);
+            assert!(!parts.is_empty(), "{request}");
+            let mut last_end = 0;
+            for part in &parts {
+                let copied: Vec<&str> = part.spans.iter().map(|r| &request[r.clone()]).collect();
+                assert_eq!(copied.join(" "), part.text, "{request}");
+                for r in &part.spans {
+                    assert!(r.start >= last_end && r.start < r.end, "{request}: {r:?}");
+                    last_end = r.end;
+                }
+            }
+            let texts: Vec<String> = parts.into_iter().map(|p| p.text).collect();
+            assert_eq!(texts, super::parts(request));
+        }
+        // The code block between two pieces is not in the part they join into.
+        let text = "Short one.\n```\ncode here\n```\nSecond piece is longer than four words.";
+        let parts = part_spans(text);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].spans.len(), 2);
+        assert!(!parts[0]
+            .spans
+            .iter()
+            .any(|r| text[r.clone()].contains("code")));
     }
 
     #[test]

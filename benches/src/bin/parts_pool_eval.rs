@@ -5,6 +5,11 @@
 //! the key alone and as `skills.search` covers the parts (`needs::cover` over each ranking's
 //! first 10). Results in benches/RESULTS.md ("Semantic search").
 //!
+//! Also tried and not kept, the other way round: each part keyed from the request's own pass
+//! (`Encoder::embed_with_parts`, the mean of the request's token states over the part's
+//! tokens), so no token is encoded twice. `keyopt_eval --parts-in-context` measures it on
+//! requests that need two tools.
+//!
 //!   parts_pool_eval --shared ../shared
 use std::path::PathBuf;
 
@@ -13,7 +18,7 @@ use pg_skills_benches::eval::{
     cached_embeddings, distractors, evaluate, key_ranking, load, row, Dataset,
 };
 use pg_skills_kernels::compressor;
-use pg_skills_kernels::encoder::{document_text, Encoder, DEFAULT_MODEL_DIR};
+use pg_skills_kernels::encoder::{document_text, Encoder, Precision, DEFAULT_MODEL_DIR};
 use pg_skills_kernels::needs;
 
 #[derive(Parser)]
@@ -89,6 +94,34 @@ fn run(encoder: &Encoder, name: &str, data: &Dataset) {
         })
     };
     println!("{}", row("whole encoded, parts covered", &covered(&whole)));
+    // Each part keyed from the request's own pass (its tokens' mean there), as
+    // `Encoder::embed_with_parts` serves it; a part the pass does not reach is encoded alone.
+    let mut in_context: Vec<Vec<Vec<f32>>> = vec![Vec::new(); texts.len()];
+    for &q in &multi {
+        let spans: Vec<Vec<std::ops::Range<usize>>> = needs::part_spans(&texts[q])
+            .into_iter()
+            .map(|p| p.spans)
+            .collect();
+        let (_, keys) = encoder
+            .embed_with_parts(None, &texts[q], &spans, Precision::F32)
+            .unwrap();
+        in_context[q] = keys
+            .into_iter()
+            .zip(&part_keys[q])
+            .map(|(k, alone)| k.map_or_else(|| alone.clone(), |e| compressor::query_key(&e)))
+            .collect();
+    }
+    println!(
+        "{}",
+        row(
+            "whole encoded, parts read in the request's pass, parts covered",
+            &evaluate(data, &multi, |q| {
+                let mut r = semantic_covered(&whole[q], &in_context[q], &doc_keys);
+                r.truncate(10);
+                r
+            })
+        )
+    );
     println!(
         "{}",
         row("parts pooled, parts covered", &covered(&pooled_keys))

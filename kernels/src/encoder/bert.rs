@@ -146,6 +146,20 @@ const SMOOTHED: [usize; 2] = [0, 2];
 
 /// Widens each column's largest magnitude in `range` to that of the rows of `values` (rows as
 /// long as `range`).
+/// The mean of `rows` of `x` (rows of `h` floats), summed in the order given (a mean of no row
+/// is zeros).
+fn mean_of_rows(x: &[f32], h: usize, rows: impl ExactSizeIterator<Item = usize>) -> Vec<f32> {
+    let mut mean = vec![0f32; h];
+    let count = rows.len().max(1) as f32;
+    for r in rows {
+        for (m, v) in mean.iter_mut().zip(&x[r * h..(r + 1) * h]) {
+            *m += v;
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= count);
+    mean
+}
+
 fn widen_to_columns(range: &mut [f32], values: &[f32]) {
     for row in values.chunks_exact(range.len()) {
         for (r, v) in range.iter_mut().zip(row) {
@@ -318,17 +332,30 @@ impl Bert {
         Ok(batch
             .iter()
             .zip(&starts)
-            .map(|(ids, &start)| {
-                let mut mean = vec![0f32; h];
-                for row in x[start * h..(start + ids.len()) * h].chunks_exact(h) {
-                    for (m, v) in mean.iter_mut().zip(row) {
-                        *m += v;
-                    }
-                }
-                let count = ids.len().max(1) as f32;
-                mean.iter_mut().for_each(|m| *m /= count);
-                mean
-            })
+            .map(|(ids, &start)| mean_of_rows(&x, h, start..start + ids.len()))
+            .collect())
+    }
+
+    /// One text's pass, pooled as [`Bert::mean_pooled`] pools it (`pools[j]`: the rows, in
+    /// increasing order, whose mean is row j; a pool of every row gives that text's
+    /// `mean_pooled` row bit for bit).
+    pub fn pooled(
+        &self,
+        ids: &[u32],
+        precision: Precision,
+        pools: &[Vec<usize>],
+    ) -> Result<Vec<Vec<f32>>, String> {
+        if let Some(&row) = pools.iter().flatten().find(|&&row| row >= ids.len()) {
+            return Err(format!(
+                "row {row} of a pool is past the text's {} rows",
+                ids.len()
+            ));
+        }
+        let h = self.shape.hidden;
+        let (x, _) = self.hidden_states(&[ids], precision, &mut |_, _| {})?;
+        Ok(pools
+            .iter()
+            .map(|rows| mean_of_rows(&x, h, rows.iter().copied()))
             .collect())
     }
 

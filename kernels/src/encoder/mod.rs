@@ -358,20 +358,8 @@ impl Encoder {
         for chunk in &passes {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
             let rows: usize = batch.iter().map(|ids| ids.len()).sum();
-            let vectors = if rows <= few_rows::MAX_ROWS && fastmath::has_avx2_fma() {
-                // A pass of few rows (a query's): its ~30 short parallel loops on a team whose
-                // threads stay awake between them. (Without AVX2 and FMA its products are
-                // `gemm`'s, whose own rayon loops need the pool's threads free: not a team.)
-                team::run(threads, || self.forward(&batch, precision))
-            } else {
-                match threads {
-                    Some(pool) => pool.install(|| self.forward(&batch, precision)),
-                    // Inside the pool: the pass's parallel loops then start without a hand-off
-                    // from this thread to the pool's each time.
-                    None => rayon::scope(|_| self.forward(&batch, precision)),
-                }
-            }
-            .map_err(EncoderError::Run)?;
+            let vectors = on_threads(threads, rows, || self.forward(&batch, precision))
+                .map_err(EncoderError::Run)?;
             for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;
             }
@@ -381,6 +369,62 @@ impl Encoder {
         Ok(out)
     }
 
+    /// A request's key and its parts' keys from one pass of the request alone. A part's key is
+    /// the mean of the request's last hidden states over the part's tokens (the tokens that
+    /// start inside one of its `spans`, byte ranges of `text`; special tokens left out),
+    /// normalised: the part read in the request's context, and no token encoded twice. The
+    /// request's key is [`Encoder::embed_on`]'s for `text` alone, bit for bit. A part with no
+    /// token the model reads (cut off by [`MAX_TOKENS`]) gets None.
+    ///
+    /// The evaluations use it (`keyopt_eval --parts-in-context`, `parts_pool_eval`); searches
+    /// encode parts alone, because a part read in context leans toward the whole request and
+    /// covers its own need less well (benches/RESULTS.md, "parts read in the request's pass").
+    pub fn embed_with_parts(
+        &self,
+        threads: Option<&rayon::ThreadPool>,
+        text: &str,
+        parts: &[Vec<std::ops::Range<usize>>],
+        precision: Precision,
+    ) -> Result<(Vec<f32>, Vec<Option<Vec<f32>>>), EncoderError> {
+        let encoding = self
+            .tokenizer
+            .encode(model_prefix(text), true)
+            .map_err(|e| EncoderError::Input {
+                index: 0,
+                reason: e.to_string(),
+            })?;
+        let ids = encoding.get_ids();
+        let tokens: Vec<Option<usize>> = encoding
+            .get_offsets()
+            .iter()
+            .zip(encoding.get_special_tokens_mask())
+            .map(|(&(start, _), &special)| (special == 0).then_some(start))
+            .collect();
+        let mut pools: Vec<Vec<usize>> = vec![(0..ids.len()).collect()];
+        pools.extend(parts.iter().map(|spans| {
+            (0..ids.len())
+                .filter(|&i| tokens[i].is_some_and(|at| spans.iter().any(|r| r.contains(&at))))
+                .collect()
+        }));
+        let mut rows = on_threads(threads, ids.len(), || {
+            self.model.pooled(ids, precision, &pools)
+        })
+        .map_err(EncoderError::Run)?
+        .into_iter();
+        let mut whole = rows.next().expect("the whole request's pool");
+        normalize(&mut whole);
+        let part_keys = rows
+            .zip(&pools[1..])
+            .map(|(mut row, pool)| {
+                (!pool.is_empty()).then(|| {
+                    normalize(&mut row);
+                    row
+                })
+            })
+            .collect();
+        Ok((whole, part_keys))
+    }
+
     /// One batch through the model, mean-pooled over each text's tokens and normalised.
     fn forward(&self, batch: &[&[u32]], precision: Precision) -> Result<Vec<Vec<f32>>, String> {
         let mut rows = self.model.mean_pooled(batch, precision)?;
@@ -388,6 +432,27 @@ impl Encoder {
             normalize(row);
         }
         Ok(rows)
+    }
+}
+
+/// `pass()`, a forward pass of `rows` rows, on `threads` (None: rayon's global pool).
+fn on_threads<R: Send>(
+    threads: Option<&rayon::ThreadPool>,
+    rows: usize,
+    pass: impl FnOnce() -> R + Send,
+) -> R {
+    if rows <= few_rows::MAX_ROWS && fastmath::has_avx2_fma() {
+        // A pass of few rows (a query's): its ~30 short parallel loops on a team whose threads
+        // stay awake between them. (Without AVX2 and FMA its products are `gemm`'s, whose own
+        // rayon loops need the pool's threads free: not a team.)
+        team::run(threads, pass)
+    } else {
+        match threads {
+            Some(pool) => pool.install(pass),
+            // Inside the pool: the pass's parallel loops then start without a hand-off from
+            // this thread to the pool's each time.
+            None => rayon::scope(|_| pass()),
+        }
     }
 }
 
@@ -498,6 +563,67 @@ mod tests {
         let mixed = "Ünïcode, punctuation! and\tdigits 42 x\u{1}y ".repeat(400);
         assert!(model_prefix(&mixed).len() < mixed.len());
         assert_eq!(encoder.token_ids(&mixed).unwrap(), whole(&mixed));
+    }
+
+    #[test]
+    fn parts_are_read_in_the_request_pass() {
+        let Some(dir) = test_model_dir() else { return };
+        let encoder = Encoder::load(&dir).unwrap();
+        let cos = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let request = "Bisect the commit that broke the nightly build of the compiler. \
+                       Then write release notes for the new version of the library.";
+        let parts = crate::needs::part_spans(request);
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        let spans: Vec<_> = parts.iter().map(|p| p.spans.clone()).collect();
+        let mut precisions = vec![Precision::F32];
+        if Precision::int16_available() {
+            precisions.push(Precision::Int16);
+        }
+        for precision in precisions {
+            let (whole, keys) = encoder
+                .embed_with_parts(None, request, &spans, precision)
+                .unwrap();
+            // The request's key is the one it gets encoded alone, bit for bit.
+            let alone = encoder.embed_queries(&[request], precision).unwrap();
+            assert_eq!(whole, alone[0], "{precision:?}");
+            let keys: Vec<Vec<f32>> = keys.into_iter().map(Option::unwrap).collect();
+            let texts: Vec<&str> = parts.iter().map(|p| p.text.as_str()).collect();
+            let parts_alone = encoder.embed_queries(&texts, precision).unwrap();
+            for (j, key) in keys.iter().enumerate() {
+                let norm = cos(key, key).sqrt();
+                assert!(
+                    (norm - 1.0).abs() < 1e-5,
+                    "{precision:?} part {j}: norm {norm}"
+                );
+                // Each part's key is nearer its own text than the other part's, yet not that
+                // text alone: it is read in the request's context (and measured nearer the
+                // whole request than either: benches/RESULTS.md, "parts read in the request's
+                // pass").
+                let own = cos(key, &parts_alone[j]);
+                let other = cos(key, &parts_alone[1 - j]);
+                assert!(
+                    own > other + 0.1,
+                    "{precision:?} part {j}: {own} vs {other}"
+                );
+                assert!(own < 0.9999, "{precision:?} part {j}: {own}");
+            }
+        }
+        // A part that lies past what the model reads, or names no bytes, gets no key; a span
+        // of every byte pools every token but the special ones.
+        let long = format!("{} Last: write the release notes.", "word ".repeat(400));
+        let tail = long.find("Last").unwrap();
+        let (whole, keys) = encoder
+            .embed_with_parts(
+                None,
+                &long,
+                &[vec![tail..long.len()], vec![], vec![0..long.len()]],
+                Precision::F32,
+            )
+            .unwrap();
+        assert_eq!(keys[0], None);
+        assert_eq!(keys[1], None);
+        let all = keys[2].as_ref().unwrap();
+        assert!(cos(all, &whole) > 0.95 && all != &whole);
     }
 
     #[test]

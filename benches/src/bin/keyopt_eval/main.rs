@@ -127,6 +127,10 @@ struct Args {
     /// base relevance comparison (`pg_skills.keyopt_bm25_share`).
     #[arg(long, default_value_t = DEFAULT_BM25_SHARE as f32)]
     default_share: f32,
+    /// Key each part of a request from the request's own pass (`Encoder::embed_with_parts`)
+    /// instead of encoding it alone.
+    #[arg(long)]
+    parts_in_context: bool,
 }
 
 static FIT_OPTIONS: std::sync::OnceLock<FitOptions> = std::sync::OnceLock::new();
@@ -241,8 +245,18 @@ fn keyopt_scored(
     pool.iter().map(|d| scored[d]).collect()
 }
 
+/// Whether part keys are read in their request's pass (`--parts-in-context`), as the server
+/// serves them, instead of each part encoded alone.
+static PARTS_IN_CONTEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Keys of the parts of each text (`needs::parts`; none for a text of one part).
 fn part_keys(encoder: &Encoder, texts: &[String]) -> Vec<Vec<Vec<f32>>> {
+    if PARTS_IN_CONTEXT.load(std::sync::atomic::Ordering::Relaxed) {
+        return pg_skills_benches::eval::cached_parts_in_context(encoder, texts)
+            .into_iter()
+            .map(|parts| parts.iter().map(|e| compressor::query_key(e)).collect())
+            .collect();
+    }
     let split: Vec<Vec<String>> = texts
         .iter()
         .map(|t| {
@@ -1496,6 +1510,7 @@ fn base_relevance(
 
 fn main() {
     let args = Args::parse();
+    PARTS_IN_CONTEXT.store(args.parts_in_context, std::sync::atomic::Ordering::Relaxed);
     let mut options = FitOptions::default();
     options.lambda_beta = args.lambda_beta.unwrap_or(options.lambda_beta);
     options.min_gain_se = args.min_gain_se.unwrap_or(options.min_gain_se);
