@@ -31,6 +31,7 @@ mod key;
 mod keyopt;
 mod prepared_writes;
 mod schema;
+mod scratch;
 mod search;
 mod spi;
 mod storage;

@@ -1,17 +1,24 @@
-//! CREATE INDEX: one heap scan into in-memory segment builders that spill to index pages when
-//! they pass maintenance_work_mem, then one merge into a single segment. Pages are written
-//! without WAL and logged once at the end.
+//! CREATE INDEX: one heap scan into in-memory segment builders; a builder that passes
+//! maintenance_work_mem is written as a segment to a temporary file, and at the end those
+//! segments are merged into the index's one segment (a build that never passed it writes its
+//! builder straight in). The index holds no page of the spills, so its size does not depend on
+//! maintenance_work_mem. Pages are written without WAL and logged once at the end.
 
 use std::ffi::{c_char, c_void};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize, merge_all};
+use pg_skills_kernels::bm25index::format::SegmentDesc;
+use pg_skills_kernels::bm25index::maintenance::{
+    add_merged_segment, add_segment, initialize, start_scratch,
+};
 use pg_skills_kernels::bm25index::segment::SegmentBuilder;
 use pg_skills_kernels::bm25index::{IndexOptions, NoReaders, Tid};
+use pg_skills_kernels::page::PageRead;
 
 use super::{analyze_datum, options};
+use crate::scratch::TempFileStore;
 use crate::storage::{BufferStore, OrRaise};
 
 // Phases shown in pg_stat_progress_create_index.subphase (1 is Postgres' "initializing").
@@ -26,6 +33,9 @@ struct BuildState<'a> {
     builder: SegmentBuilder,
     memory_limit: usize,
     indexed: f64,
+    /// Where full builders go, made on the first spill.
+    scratch: Option<TempFileStore>,
+    spilled: Vec<SegmentDesc>,
 }
 
 crate::am::build_callback!(build_callback, BuildState, add);
@@ -49,9 +59,31 @@ impl BuildState<'_> {
             &mut self.builder,
             SegmentBuilder::new(self.options.term_scoring()),
         );
-        let segment = full.write(self.store);
-        add_segment(self.store, segment, &NoReaders).or_raise(self.index);
+        let scratch = self.scratch.get_or_insert_with(|| {
+            let scratch = TempFileStore::new(self.store.page_size());
+            start_scratch(&scratch);
+            scratch
+        });
+        self.spilled.push(full.write(scratch));
         report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
+    }
+
+    /// Writes what the scan built into the index: the builder alone, or every spill and the
+    /// builder's rest merged into one segment.
+    fn finish(mut self) {
+        if self.spilled.is_empty() {
+            if !self.builder.is_empty() {
+                let segment = self.builder.write(self.store);
+                add_segment(self.store, segment, &NoReaders).or_raise(self.index);
+            }
+            return;
+        }
+        if !self.builder.is_empty() {
+            self.spill();
+        }
+        report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_MERGE);
+        let scratch = self.scratch.as_ref().expect("made by the first spill");
+        add_merged_segment(self.store, scratch, &self.spilled, &NoReaders).or_raise(self.index);
     }
 }
 
@@ -80,6 +112,8 @@ pub unsafe extern "C-unwind" fn ambuild(
         builder: SegmentBuilder::new(options.term_scoring()),
         memory_limit,
         indexed: 0.0,
+        scratch: None,
+        spilled: Vec::new(),
     };
     report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
     let heap_tuples = crate::am::index_build_scan(
@@ -89,15 +123,12 @@ pub unsafe extern "C-unwind" fn ambuild(
         Some(build_callback),
         &mut state as *mut BuildState as *mut c_void,
     );
-    if !state.builder.is_empty() {
-        state.spill();
-    }
-    report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_MERGE);
-    merge_all(&store, &NoReaders).or_raise(index);
+    let indexed = state.indexed;
+    state.finish();
     pg_sys::IndexFreeSpaceMapVacuum(index);
     store.log_all();
 
-    crate::am::build_result(heap_tuples, state.indexed)
+    crate::am::build_result(heap_tuples, indexed)
 }
 
 /// The init fork of an unlogged index: an empty index.

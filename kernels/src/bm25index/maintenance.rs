@@ -15,13 +15,13 @@ use super::append::{self, live_documents, meta_of, read_meta};
 use super::dictionary::{TermInfo, TermIter};
 use super::document::FieldCounts;
 use super::format::{
-    corrupt, Corrupt, InBlock, Meta, PageHeader, PageKind, SegmentDesc, Tid, FIRST_DATA_BLOCK,
-    MAX_SEGMENTS, META_BLOCK,
+    corrupt, Corrupt, InBlock, Meta, PageHeader, PageKind, SegmentDesc, TermScoring, Tid,
+    FIRST_DATA_BLOCK, MAX_SEGMENTS, META_BLOCK,
 };
 use super::segment::{
     doc_entries, set_tombstones, DocRow, SegmentBuilder, SegmentReader, SegmentWriter, END,
 };
-use crate::page::{check_block, BlockNumber, PageWrite, NO_BLOCK};
+use crate::page::{check_block, BlockNumber, PageRead, PageWrite, NO_BLOCK};
 
 /// How the caller keeps readers away while pages are switched and freed.
 pub trait Exclusion {
@@ -62,8 +62,8 @@ pub fn initialize<S: PageWrite>(store: &S, options: super::format::IndexOptions)
     .expect("a metapage just written reads back");
 }
 
-/// Publishes a segment written by CREATE INDEX (one per maintenance_work_mem of input), then
-/// rebalances so a build of any size never holds more than a logarithmic number of segments.
+/// Publishes a segment (CREATE INDEX's, or tests' built in memory), then rebalances so that
+/// segments stay a logarithmic number.
 pub fn add_segment<S: PageWrite>(
     store: &S,
     segment: SegmentDesc,
@@ -76,18 +76,9 @@ pub fn add_segment<S: PageWrite>(
     merge_by_size(store, ex)
 }
 
-/// Merges every segment into one (the end of CREATE INDEX: fewest lists to read per query).
-pub fn merge_all<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
-    let n = read_meta(store)?.segments.len();
-    if n > 1 {
-        merge_segments(store, &(0..n).collect::<Vec<_>>(), ex)?;
-    }
-    Ok(())
-}
-
 /// Pages of all `readers`, checked to be distinct: freeing a page twice would hand it to two
 /// new structures.
-fn owned_pages<S: PageWrite>(readers: &[SegmentReader<S>]) -> Result<Vec<BlockNumber>, Corrupt> {
+fn owned_pages<S: PageRead>(readers: &[SegmentReader<S>]) -> Result<Vec<BlockNumber>, Corrupt> {
     let mut pages = Vec::new();
     for r in readers {
         pages.extend(r.pages()?);
@@ -122,12 +113,48 @@ pub fn merge_segments<S: PageWrite>(
         .collect::<Result<_, _>>()?;
     // Read (and checked) before anything is written, so a damaged input stops the merge early.
     let old_pages = owned_pages(&readers)?;
-    let scoring = meta.options.term_scoring();
+    let merged = write_merged(store, &readers, meta.options.term_scoring(), store)?;
 
+    ex.lock_readers_out();
+    let published = write_meta(store, |m| {
+        for (i, d) in which.iter().zip(&inputs) {
+            assert_eq!(m.segments[*i], *d, "a segment changed during its merge");
+        }
+        let first = *which.iter().min().expect("not empty");
+        let mut kept: Vec<SegmentDesc> = m
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !which.contains(i))
+            .map(|(_, d)| *d)
+            .collect();
+        if merged.num_docs > 0 {
+            kept.insert(first.min(kept.len()), merged);
+        }
+        m.segments = kept;
+        m.bump_generation();
+    })
+    .and_then(|_| store.free(&old_pages));
+    ex.let_readers_in();
+    published?;
+    if merged.num_docs == 0 {
+        store.free(&SegmentReader::open(store, merged)?.pages()?)?;
+    }
+    Ok(())
+}
+
+/// Writes one segment into `dest` holding the live documents of `readers` (segments of
+/// `source`, in order) and every term's postings, renumbered; returns its description.
+fn write_merged<R: PageRead, W: PageWrite>(
+    source: &R,
+    readers: &[SegmentReader<R>],
+    scoring: TermScoring,
+    dest: &W,
+) -> Result<SegmentDesc, Corrupt> {
     // New ids: live documents of each input in order.
     let mut docs = Vec::new();
     let mut remap: Vec<Vec<u32>> = Vec::with_capacity(readers.len());
-    for r in &readers {
+    for r in readers {
         let mut map = vec![END; r.desc.num_docs as usize];
         r.for_each_doc(|id, e| {
             if !e.deleted {
@@ -142,11 +169,11 @@ pub fn merge_segments<S: PageWrite>(
         remap.push(map);
     }
 
-    let mut writer = SegmentWriter::new(store, scoring, docs);
+    let mut writer = SegmentWriter::new(dest, scoring, docs);
     let mut iters = Vec::with_capacity(readers.len());
     let mut heads: Vec<Option<(Vec<u8>, TermInfo)>> = Vec::with_capacity(readers.len());
-    for r in &readers {
-        let mut it = TermIter::new(store, r.desc.dict_root, r.desc.dict_height)?;
+    for r in readers {
+        let mut it = TermIter::new(source, r.desc.dict_root, r.desc.dict_height)?;
         heads.push(it.next().transpose()?);
         iters.push(it);
     }
@@ -177,34 +204,38 @@ pub fn merge_segments<S: PageWrite>(
             writer.add_term(&term, &ids, &counts);
         }
     }
-    let merged = writer.finish();
+    Ok(writer.finish())
+}
 
-    ex.lock_readers_out();
-    let published = write_meta(store, |m| {
-        for (i, d) in which.iter().zip(&inputs) {
-            assert_eq!(m.segments[*i], *d, "a segment changed during its merge");
-        }
-        let first = *which.iter().min().expect("not empty");
-        let mut kept: Vec<SegmentDesc> = m
-            .segments
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !which.contains(i))
-            .map(|(_, d)| *d)
-            .collect();
-        if merged.num_docs > 0 {
-            kept.insert(first.min(kept.len()), merged);
-        }
-        m.segments = kept;
-        m.bump_generation();
-    })
-    .and_then(|_| store.free(&old_pages));
-    ex.let_readers_in();
-    published?;
+/// The end of a CREATE INDEX that spilled: `spilled` (segments the build wrote to `scratch`, a
+/// store thrown away after the build, such as a temporary file) merged into one segment of
+/// `store`, published there. The index then holds that segment alone: no pages of the spills,
+/// freed or not, so a build's size does not depend on maintenance_work_mem.
+pub fn add_merged_segment<R: PageRead, W: PageWrite>(
+    store: &W,
+    scratch: &R,
+    spilled: &[SegmentDesc],
+    ex: &dyn Exclusion,
+) -> Result<(), Corrupt> {
+    let readers: Vec<SegmentReader<R>> = spilled
+        .iter()
+        .map(|d| SegmentReader::open(scratch, *d))
+        .collect::<Result<_, _>>()?;
+    owned_pages(&readers)?;
+    let scoring = read_meta(store)?.options.term_scoring();
+    let merged = write_merged(scratch, &readers, scoring, store)?;
     if merged.num_docs == 0 {
-        store.free(&SegmentReader::open(store, merged)?.pages()?)?;
+        return store.free(&SegmentReader::open(store, merged)?.pages()?);
     }
-    Ok(())
+    add_segment(store, merged, ex)
+}
+
+/// Makes an empty scratch store's block numbers start where an index's data pages do, so
+/// segments written there link pages as they would in the index.
+pub fn start_scratch<W: PageWrite>(scratch: &W) {
+    while scratch.num_blocks() < FIRST_DATA_BLOCK {
+        scratch.allocate();
+    }
 }
 
 /// How many segments of one size class a merge takes in a bulk load ([`flush_append_in_load`]).

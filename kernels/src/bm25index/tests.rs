@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::maintenance::{
-    add_segment, bulk_delete, flush_append, flush_append_in_load, initialize, merge_all,
-    vacuum_cleanup, LOAD_FAN_IN,
+    add_merged_segment, add_segment, bulk_delete, flush_append, flush_append_in_load, initialize,
+    start_scratch, vacuum_cleanup, LOAD_FAN_IN,
 };
 use super::segment::SegmentBuilder;
 use super::*;
@@ -222,9 +222,14 @@ impl Harness {
         analyze(&mut self.analyzer, [a, b, c], self.options.weights_array())
     }
 
-    /// CREATE INDEX: documents into builders that spill past `budget` bytes, then one merge.
-    fn build(&mut self, n: usize, budget: usize) {
+    /// CREATE INDEX: documents into builders that spill past `budget` bytes to a scratch store,
+    /// then one merge of the spills into the index (a build that never spilled writes its
+    /// builder straight in). Returns how many segments were spilled.
+    fn build(&mut self, n: usize, budget: usize) -> usize {
         let mut builder = SegmentBuilder::new(self.options.term_scoring());
+        let scratch = MemoryStore::new(self.store.page_size());
+        start_scratch(&scratch);
+        let mut spilled = Vec::new();
         for _ in 0..n {
             let doc = random_doc(&mut self.rng);
             let id = self.next_id;
@@ -237,20 +242,21 @@ impl Harness {
                     &mut builder,
                     SegmentBuilder::new(self.options.term_scoring()),
                 );
-                let segment = full.write(&self.store);
-                add_segment(&self.store, segment, &NoReaders).unwrap();
-                assert!(
-                    read_meta_segments(&self.store) <= 12,
-                    "seed {}: segments stay logarithmic",
-                    self.seed
-                );
+                spilled.push(full.write(&scratch));
             }
         }
-        if !builder.is_empty() {
-            let segment = builder.write(&self.store);
-            add_segment(&self.store, segment, &NoReaders).unwrap();
+        if spilled.is_empty() {
+            if !builder.is_empty() {
+                let segment = builder.write(&self.store);
+                add_segment(&self.store, segment, &NoReaders).unwrap();
+            }
+        } else {
+            if !builder.is_empty() {
+                spilled.push(builder.write(&scratch));
+            }
+            add_merged_segment(&self.store, &scratch, &spilled, &NoReaders).unwrap();
         }
-        merge_all(&self.store, &NoReaders).unwrap();
+        spilled.len()
     }
 
     fn insert(&mut self) {
@@ -550,11 +556,22 @@ fn spilled_build_small_pages_and_merges_match_reference() {
     for seed in seeds() {
         println!("seed {seed}");
         let mut h = Harness::new(seed, 2600);
-        h.build(500, 40_000);
+        let spills = h.build(500, 40_000);
+        assert!(spills > 2, "seed {seed}: the build spilled ({spills})");
         assert_eq!(
             read_meta_segments(&h.store),
             1,
             "spilled segments are merged into one"
+        );
+        // The spills stayed in the scratch store: the index holds its one segment and no
+        // freed pages, as many pages as a build that never spilled.
+        assert_eq!(h.store.num_free(), 0, "seed {seed}");
+        let mut unspilled = Harness::new(seed, 2600);
+        assert_eq!(unspilled.build(500, 1 << 30), 0);
+        assert_eq!(
+            h.store.num_pages(),
+            unspilled.store.num_pages(),
+            "seed {seed}"
         );
         h.check(20);
     }
