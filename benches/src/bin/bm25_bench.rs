@@ -536,7 +536,7 @@ fn in_process(
     passes: usize,
     with_tantivy: bool,
 ) -> String {
-    use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize, merge_all};
+    use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize};
     use pg_skills_kernels::bm25index::segment::SegmentBuilder;
     use pg_skills_kernels::bm25index::{
         analyze, query_terms as terms_of, try_prepare, DocTableCache, IndexOptions, NoReaders, Tid,
@@ -563,7 +563,6 @@ fn in_process(
     }
     let segment = builder.write(&store);
     add_segment(&store, segment, &NoReaders).unwrap();
-    merge_all(&store, &NoReaders).unwrap();
     let kernel_build = t.elapsed().as_secs_f64();
     let pages = store.num_pages();
     // Searches read the pages in place, as the server reads a buffer's page (`MemoryStore`

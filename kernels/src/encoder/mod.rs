@@ -35,6 +35,12 @@ pub const EMBEDDING_DIMS: usize = 384;
 pub const MAX_TOKENS: usize = 256;
 /// Texts per forward pass.
 pub const BATCH_SIZE: usize = 32;
+/// Rows (tokens) per forward pass of a batch. A pass holds about 15 kB of f32 activations a row
+/// (hidden states, q|k|v, attention context and output, the intermediate layer), and a process
+/// that encodes keeps them (glibc keeps freed memory there: [`keep_freed_memory`]); at 32 texts
+/// of 256 tokens that was 125 MB in the embedder worker. 2,048 rows hold about 31 MB, and
+/// products of that many rows are as fast per row.
+pub const MAX_BATCH_ROWS: usize = 2048;
 /// Where the set-up command (`./x model`) puts the model files.
 pub const DEFAULT_MODEL_DIR: &str = "/var/lib/pg_skills/models/all-MiniLM-L6-v2";
 
@@ -343,13 +349,12 @@ impl Encoder {
         // then take similar time on rayon's threads.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (ids[i].len(), i));
-        // Passes of at most batch_size texts; in 16-bit integers also of at most
-        // few_rows::MAX_ROWS rows, the passes they apply to, so that a text's key does not
-        // depend on the texts encoded with it (a text alone has at most MAX_TOKENS rows). AMX
-        // tiles take passes of any size.
+        // Passes of at most batch_size texts and MAX_BATCH_ROWS rows; in 16-bit integers of
+        // at most few_rows::MAX_ROWS rows, the passes they apply to, so that a text's key does
+        // not depend on the texts encoded with it (a text alone has at most MAX_TOKENS rows).
         let row_limit = match precision {
-            Precision::F32 => usize::MAX,
-            Precision::Bf16 if Precision::bf16_available() => usize::MAX,
+            Precision::F32 => MAX_BATCH_ROWS,
+            Precision::Bf16 if Precision::bf16_available() => MAX_BATCH_ROWS,
             _ => few_rows::MAX_ROWS,
         };
         let passes = passes_of(&order, |i| ids[i].len(), batch_size, row_limit);
@@ -563,6 +568,43 @@ mod tests {
         let mixed = "Ünïcode, punctuation! and\tdigits 42 x\u{1}y ".repeat(400);
         assert!(model_prefix(&mixed).len() < mixed.len());
         assert_eq!(encoder.token_ids(&mixed).unwrap(), whole(&mixed));
+    }
+
+    /// A batch of long texts goes in passes of at most MAX_BATCH_ROWS rows (what bounds the
+    /// activations a process keeps), and each text's key is the one it gets alone.
+    #[test]
+    fn batches_of_long_texts_are_split_into_passes_of_bounded_rows() {
+        const _: () = assert!(MAX_TOKENS <= MAX_BATCH_ROWS);
+        let Some(dir) = test_model_dir() else { return };
+        let encoder = Encoder::load(&dir).unwrap();
+        let texts: Vec<String> = (0..12)
+            .map(|i| format!("text {i}: rebuild the index and check the logs again ").repeat(30))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        assert!(refs
+            .iter()
+            .all(|t| encoder.token_ids(t).unwrap().len() == MAX_TOKENS));
+        let mut done = vec![0];
+        let keys = encoder
+            .embed_on(None, &refs, BATCH_SIZE, Precision::F32, &mut |n| {
+                done.push(n)
+            })
+            .unwrap();
+        let per_pass: Vec<usize> = done.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(per_pass.len() > 1, "one pass of {} rows", 12 * MAX_TOKENS);
+        assert!(
+            per_pass.iter().all(|&n| n * MAX_TOKENS <= MAX_BATCH_ROWS),
+            "texts per pass {per_pass:?}"
+        );
+        for (i, text) in refs.iter().enumerate() {
+            let alone = encoder.embed(&[text]).unwrap().remove(0);
+            let diff = alone
+                .iter()
+                .zip(&keys[i])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(diff < 1e-5, "text {i}: {diff}");
+        }
     }
 
     #[test]
