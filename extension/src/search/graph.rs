@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use pgrx::prelude::*;
 
-use pg_skills_kernels::graph::rules::{extract, Document};
+use pg_skills_kernels::graph::rules::RuleExtractor;
 use pg_skills_kernels::graph::trace::{skilltrace, TraceParams};
 use pg_skills_kernels::graph::{Edge, SkillGraph, WalkParams};
 use pg_skills_kernels::keyopt::memory::{Neighbour, NEIGHBOURS};
@@ -94,6 +94,10 @@ pub fn trace(key: &[f32], seeds: &[(i64, f64)]) -> Vec<(i64, f64)> {
     skilltrace(&near, seeds, TraceParams::default())
 }
 
+/// Texts read per fetch by [`rule_edges`]: the rules read one document at a time, so a
+/// library's texts (about 1 GB at 100,000 skills) are never in memory at once.
+const TEXTS_PER_FETCH: i64 = 256;
+
 /// The edges the document rules find among all skills (see `kernels/src/graph/rules.rs`).
 #[pg_extern(stable)]
 fn rule_edges() -> TableIterator<
@@ -106,30 +110,54 @@ fn rule_edges() -> TableIterator<
         name!(rule, String),
     ),
 > {
-    let docs: Vec<(i64, String, String)> = crate::spi::read(|client| {
-        let mut out = Vec::new();
-        for row in client.select(
-            "SELECT id, name, description || E'\\n\\n' || instructions FROM skills.skill ORDER BY id",
-            None,
+    let edges = crate::spi::read(|client| {
+        let names: Vec<(i64, String)> = client
+            .select("SELECT id, name FROM skills.skill", None, &[])?
+            .map(|row| {
+                Ok((
+                    row.get::<i64>(1)?.expect("NOT NULL"),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<pgrx::spi::Result<_>>()?;
+        let mut rules = RuleExtractor::new(names.iter().map(|(id, name)| (*id, name.as_str())));
+        drop(names);
+        let mut texts = client.try_open_cursor(
+            "SELECT id, description || E'\\n\\n' || instructions FROM skills.skill",
             &[],
-        )? {
-            out.push((
-                row.get::<i64>(1)?.expect("NOT NULL"),
-                row.get::<String>(2)?.unwrap_or_default(),
-                row.get::<String>(3)?.unwrap_or_default(),
-            ));
+        )?;
+        // Each batch's texts, where reading them makes a copy (detoasting), go in a context
+        // reset after the batch. (pgrx's typed getters copy into the parent of the current
+        // context, the SPI connection's, which lives until the end: all texts, 760 MB at
+        // 100,000 skills; the datums are read here and converted in this context instead.)
+        let mut batch_memory = pgrx::PgMemoryContexts::new("pg_skills rule_edges batch");
+        loop {
+            let mut batch = texts.fetch(TEXTS_PER_FETCH)?;
+            if batch.is_empty() {
+                break;
+            }
+            // SAFETY: the closure allocates only in batch_memory (the texts it reads), and
+            // nothing of it is kept after the reset: the extractor copies what it keeps. The
+            // query's columns are bigint and text, neither null (NOT NULL columns and ||).
+            unsafe {
+                batch_memory.switch_to(|_| {
+                    while batch.next().is_some() {
+                        let id = batch.get_datum_by_ordinal(1)?.expect("NOT NULL");
+                        let text = batch.get_datum_by_ordinal(2)?.expect("NOT NULL");
+                        let id = i64::from_polymorphic_datum(id, false, pg_sys::INT8OID);
+                        let text = <&str>::from_polymorphic_datum(text, false, pg_sys::TEXTOID);
+                        rules.add_document(id.expect("not null"), text.unwrap_or_default());
+                    }
+                    Ok::<_, pgrx::spi::Error>(())
+                })?;
+                batch_memory.reset();
+                // SPI keeps every fetched batch until the connection ends unless it is freed;
+                // this one was read whole above and nothing refers to it.
+                pg_sys::SPI_freetuptable(pg_sys::SPI_tuptable);
+            }
         }
-        Ok::<_, pgrx::spi::Error>(out)
+        Ok::<_, pgrx::spi::Error>(rules.finish())
     });
-    let documents: Vec<Document> = docs
-        .iter()
-        .map(|(id, name, text)| Document {
-            id: *id,
-            name,
-            text,
-        })
-        .collect();
-    let edges = extract(&documents);
     TableIterator::new(edges.into_iter().map(|e| {
         (
             e.from,

@@ -59,6 +59,16 @@ pub fn id_scores(sql: &str) -> Vec<(i64, f64)> {
     })
 }
 
+/// The first column of every row, as text.
+pub fn column(sql: &str) -> Vec<String> {
+    Spi::connect(|c| {
+        c.select(sql, None, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .map(|r| r.get::<String>(1).unwrap().unwrap())
+            .collect()
+    })
+}
+
 /// skills.search; unless the arguments say otherwise, BM25 and k => 10 (what these tests
 /// were written for; the request's defaults are keyopt and no limit).
 pub fn search(sql_args: &str) -> Vec<(i64, f64)> {

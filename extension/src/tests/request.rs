@@ -161,6 +161,64 @@ mod tests {
         assert_eq!(edges("true"), 3);
     }
 
+    /// `skills.rule_edges()` reads the texts in batches (one document at a time for the rules):
+    /// over a library of several batches, with mentions that cross them, its edges are the
+    /// kernel's rules over every document at once.
+    #[pg_test]
+    fn rule_edges_read_in_batches_are_the_rules_over_the_whole_library() {
+        for i in 0..700 {
+            let needs = if i % 5 == 0 {
+                String::new()
+            } else {
+                format!(
+                    "## Prerequisites\n- `chain-step-{}`\n- the file step{}.json\n",
+                    (i * 7) % 700,
+                    i - 1
+                )
+            };
+            insert(
+                &format!("chain-step-{i}"),
+                "One step of a long chain",
+                &format!(
+                    "{needs}## Outputs\n- step{i}.json\n## Next steps\n- `chain-step-{}`\n",
+                    (i + 1) % 700
+                ),
+            );
+        }
+        let mut sql = column(
+            "SELECT concat_ws('|', from_skill, to_skill, type, weight, rule) FROM skills.rule_edges()",
+        );
+        sql.sort();
+        let ids = column("SELECT s.id::text FROM skills.skill AS s ORDER BY s.id");
+        let names = column("SELECT name FROM skills.skill ORDER BY id");
+        let texts =
+            column("SELECT description || E'\\n\\n' || instructions FROM skills.skill ORDER BY id");
+        use pg_skills_kernels::graph::rules::{extract, Document};
+        let documents: Vec<Document> = (0..ids.len())
+            .map(|i| Document {
+                id: ids[i].parse().unwrap(),
+                name: &names[i],
+                text: &texts[i],
+            })
+            .collect();
+        let mut expected: Vec<String> = extract(&documents)
+            .into_iter()
+            .map(|e| {
+                format!(
+                    "{}|{}|{}|{}|{}",
+                    e.from,
+                    e.to,
+                    e.kind.as_str(),
+                    e.weight,
+                    e.rule
+                )
+            })
+            .collect();
+        expected.sort();
+        assert!(expected.len() >= 700 + 560, "{} edges", expected.len());
+        assert_eq!(sql, expected);
+    }
+
     #[pg_test]
     fn build_graph_finds_the_nearest_keys_through_the_skeys_index() {
         own_skill_keys();

@@ -225,30 +225,71 @@ fn artifacts(text: &str) -> HashSet<String> {
 
 /// The edges the rules find among `documents`, in a deterministic order.
 pub fn extract(documents: &[Document<'_>]) -> Vec<RuleEdge> {
-    let mut by_name: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut rules = RuleExtractor::new(documents.iter().map(|d| (d.id, d.name)));
     for d in documents {
-        let name = d.name.trim().to_lowercase();
-        if name.len() >= 3 {
-            by_name.entry(name).or_default().push(d.id);
+        rules.add_document(d.id, d.text);
+    }
+    rules.finish()
+}
+
+/// The rules over a library read one document at a time: every skill's name first (the
+/// rules that name another skill look it up), then each text once. Between documents it keeps
+/// only what the rules found (edges, each document's needed and produced artifacts), never a
+/// text, so a library's texts need not be in memory at once.
+pub struct RuleExtractor {
+    by_name: HashMap<String, Vec<i64>>,
+    /// (from, to, kind) → the best (weight, rule).
+    found: BTreeMap<(i64, i64, &'static str), (f64, &'static str)>,
+    produced: HashMap<String, Vec<i64>>,
+    needed: Vec<(i64, HashSet<String>)>,
+}
+
+fn add_edge(
+    found: &mut BTreeMap<(i64, i64, &'static str), (f64, &'static str)>,
+    (from, to): (i64, i64),
+    kind: EdgeType,
+    weight: f64,
+    rule: &'static str,
+) {
+    if from == to {
+        return;
+    }
+    let slot = found
+        .entry((from, to, kind.as_str()))
+        .or_insert((weight, rule));
+    if weight > slot.0 {
+        *slot = (weight, rule);
+    }
+}
+
+impl RuleExtractor {
+    /// `names`: (id, name) of every skill of the library.
+    pub fn new<'a>(names: impl IntoIterator<Item = (i64, &'a str)>) -> RuleExtractor {
+        let mut by_name: HashMap<String, Vec<i64>> = HashMap::new();
+        for (id, name) in names {
+            let name = name.trim().to_lowercase();
+            if name.len() >= 3 {
+                by_name.entry(name).or_default().push(id);
+            }
+        }
+        RuleExtractor {
+            by_name,
+            found: BTreeMap::new(),
+            produced: HashMap::new(),
+            needed: Vec::new(),
         }
     }
-    let mut found: BTreeMap<(i64, i64, &'static str), (f64, &'static str)> = BTreeMap::new();
-    let mut add = |from: i64, to: i64, kind: EdgeType, weight: f64, rule: &'static str| {
-        if from == to {
-            return;
-        }
-        let slot = found
-            .entry((from, to, kind.as_str()))
-            .or_insert((weight, rule));
-        if weight > slot.0 {
-            *slot = (weight, rule);
-        }
-    };
-    let mut produced: HashMap<String, Vec<i64>> = HashMap::new();
-    let mut needed: Vec<(i64, HashSet<String>)> = Vec::new();
-    for d in documents {
+
+    /// Reads document `id`'s text (description and instructions).
+    pub fn add_document(&mut self, id: i64, text: &str) {
         crate::interrupt::check();
-        for (kind, text) in sections(d.text) {
+        let RuleExtractor {
+            by_name,
+            found,
+            produced,
+            needed,
+        } = self;
+        for (kind, text) in sections(text) {
             let named = || {
                 mentions(&text)
                     .into_iter()
@@ -260,51 +301,74 @@ pub fn extract(documents: &[Document<'_>]) -> Vec<RuleEdge> {
             match kind {
                 SectionKind::Needs => {
                     for other in named() {
-                        add(other, d.id, EdgeType::Dependency, 1.0, "needs-mention");
+                        add_edge(
+                            found,
+                            (other, id),
+                            EdgeType::Dependency,
+                            1.0,
+                            "needs-mention",
+                        );
                     }
-                    needed.push((d.id, artifacts(&text)));
+                    needed.push((id, artifacts(&text)));
                 }
                 SectionKind::Next => {
                     for other in named() {
-                        add(d.id, other, EdgeType::Workflow, 1.0, "next-mention");
+                        add_edge(found, (id, other), EdgeType::Workflow, 1.0, "next-mention");
                     }
                 }
                 SectionKind::Related => {
                     for other in named() {
-                        add(d.id, other, EdgeType::Workflow, 0.5, "related-mention");
+                        add_edge(
+                            found,
+                            (id, other),
+                            EdgeType::Workflow,
+                            0.5,
+                            "related-mention",
+                        );
                     }
                 }
                 SectionKind::Produces => {
                     for a in artifacts(&text) {
-                        produced.entry(a).or_default().push(d.id);
+                        produced.entry(a).or_default().push(id);
                     }
                 }
             }
         }
     }
-    for (consumer, wanted) in &needed {
-        crate::interrupt::check();
-        for a in wanted {
-            match produced.get(a) {
-                Some(producers) if producers.len() <= MAX_PRODUCERS => {
-                    for &p in producers {
-                        add(p, *consumer, EdgeType::Dependency, 1.0, "artifact");
+
+    /// The edges, in a deterministic order: the mentions found, and each needed artifact's
+    /// producers (unless too many documents produce it).
+    pub fn finish(mut self) -> Vec<RuleEdge> {
+        for (consumer, wanted) in &self.needed {
+            crate::interrupt::check();
+            for a in wanted {
+                match self.produced.get(a) {
+                    Some(producers) if producers.len() <= MAX_PRODUCERS => {
+                        for &p in producers {
+                            add_edge(
+                                &mut self.found,
+                                (p, *consumer),
+                                EdgeType::Dependency,
+                                1.0,
+                                "artifact",
+                            );
+                        }
                     }
+                    _ => {}
                 }
-                _ => {}
             }
         }
+        self.found
+            .into_iter()
+            .map(|((from, to, kind), (weight, rule))| RuleEdge {
+                from,
+                to,
+                kind: EdgeType::parse(kind).expect("a kind we wrote"),
+                weight,
+                rule,
+            })
+            .collect()
     }
-    found
-        .into_iter()
-        .map(|((from, to, kind), (weight, rule))| RuleEdge {
-            from,
-            to,
-            kind: EdgeType::parse(kind).expect("a kind we wrote"),
-            weight,
-            rule,
-        })
-        .collect()
 }
 
 #[cfg(test)]
