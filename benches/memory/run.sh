@@ -88,11 +88,17 @@ if [ -n "$worker" ]; then
     sleep 1
   done
   left=$(q "SELECT count(*) FROM skills.embed_queue")
+  # Then the worker rebuilds the skill graph (new keys since its last build): wait for it, so
+  # that the figure includes it and the DELETE below does not race it.
+  for _ in $(seq 1 600); do
+    [ "$(q "SELECT coalesce((SELECT built_at FROM skills.graph_state), '-infinity') >= (SELECT max(embedded_at) FROM skills.skill_key)")" = t ] && break
+    sleep 1
+  done
   after=$(resident "$worker")
   peak=$(awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$worker/status")
   threads=$(ls "/proc/$worker/task" | wc -l)
   q "DELETE FROM skills.skill WHERE name LIKE '%-memory-bench'" >/dev/null
-  echo "Embedder worker: $before MB before, $after MB after encoding $EMBED_ROWS skills ($left left in the queue), peak $peak MB, $threads threads."
+  echo "Embedder worker: $before MB before, $after MB after encoding $EMBED_ROWS skills ($left left in the queue) and rebuilding the graph, peak $peak MB, $threads threads."
 else
   echo "Embedder worker: not measured (none serves this database: pg_skills.embedder_database)."
 fi
