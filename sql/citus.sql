@@ -97,6 +97,8 @@ BEGIN
         -- skills.build_graph() (searches only serve skills that exist).
         ALTER TABLE skills.edge DROP CONSTRAINT IF EXISTS edge_from_skill_fkey;
         ALTER TABLE skills.edge DROP CONSTRAINT IF EXISTS edge_to_skill_fkey;
+        -- Without the cascade a skill DELETE changes no edge; the trigger would run on the shards.
+        DROP TRIGGER IF EXISTS skill_delete_changes_edges ON skills.skill;
         -- The skill triggers run on the shard's node: they derive columns of the row itself and
         -- write the history and embedding-queue rows of the same skill, which are co-located.
         PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);

@@ -21,6 +21,11 @@ COMMENT ON TABLE skills.edge IS
 
 -- One row whose version and xmin change with every statement that changes skills.edge: backends
 -- cache the graph and rebuild it when this row differs from the one they built it under.
+-- The row is also the graph's lock: a build (skills.build_graph) takes it before it touches an
+-- edge, and so does every statement that changes edges, before it locks an edge or a skill row
+-- (the triggers below fire BEFORE the statement). Taken after them, as an AFTER trigger did,
+-- a skill DELETE held the skill's and its edges' rows while it waited for a running build, and
+-- the build then waited for those rows: a deadlock (tests/tests/graph.rs).
 -- built_at: when skills.build_graph() last ran; keys embedded after it make the embedder worker
 -- rebuild once its queue is drained (skill_key_embedded_at answers that without a scan).
 CREATE INDEX skill_key_embedded_at ON skills.skill_key (embedded_at);
@@ -40,7 +45,13 @@ BEGIN
 END
 $$;
 CREATE TRIGGER edge_changed
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON skills.edge
+    BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON skills.edge
+    FOR EACH STATEMENT EXECUTE FUNCTION skills.edge_changed();
+-- Deleting skills deletes their edges through the foreign keys' cascade, which runs after the
+-- skill rows are locked: the lock is taken before the DELETE starts. (skills.distribute() drops
+-- this trigger: on Citus the edges have no foreign keys.)
+CREATE TRIGGER skill_delete_changes_edges
+    BEFORE DELETE ON skills.skill
     FOR EACH STATEMENT EXECUTE FUNCTION skills.edge_changed();
 
 -- Rebuilds the automatic edges; hand-made edges stay (and win over an automatic one of the same
@@ -74,9 +85,10 @@ BEGIN
                   HINT = 'Keys are unit vectors: q·k is a cosine. Defaults: 0.7, 0.95, 8.';
     END IF;
     -- One build at a time (the embedder worker rebuilds after draining its queue). The lock is
-    -- graph_state's row, which every statement changing skills.edge updates (its trigger): a
-    -- build and a concurrent edge change then take the same lock first, and cannot deadlock
-    -- (an advisory lock taken before the edge deletion's own row lock could).
+    -- graph_state's row, which every statement changing skills.edge or deleting skills updates
+    -- before it starts (the triggers above): a build and a concurrent edge change take the same
+    -- lock first, and cannot deadlock (an advisory lock taken before the edge deletion's own row
+    -- lock could).
     PERFORM FROM skills.graph_state FOR UPDATE;
     DELETE FROM skills.edge AS e WHERE e.provenance LIKE 'auto:%';
     IF neighbours = 0 THEN
