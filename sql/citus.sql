@@ -99,6 +99,12 @@ BEGIN
         ALTER TABLE skills.edge DROP CONSTRAINT IF EXISTS edge_to_skill_fkey;
         -- Without the cascade a skill DELETE changes no edge; the trigger would run on the shards.
         DROP TRIGGER IF EXISTS skill_delete_changes_edges ON skills.skill;
+        -- skills.update_graph builds the whole graph on Citus: no change log of the keys.
+        DROP TRIGGER IF EXISTS key_inserted ON skills.skill_key;
+        DROP TRIGGER IF EXISTS key_updated ON skills.skill_key;
+        DROP TRIGGER IF EXISTS key_deleted ON skills.skill_key;
+        DROP TRIGGER IF EXISTS key_truncated ON skills.skill_key;
+        DELETE FROM skills.graph_pending;
         -- The skill triggers run on the shard's node: they derive columns of the row itself and
         -- write the history and embedding-queue rows of the same skill, which are co-located.
         PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);

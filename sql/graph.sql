@@ -29,11 +29,54 @@ COMMENT ON TABLE skills.edge IS
 -- built_at: when skills.build_graph() last ran; keys embedded after it make the embedder worker
 -- rebuild once its queue is drained (skill_key_embedded_at answers that without a scan).
 CREATE INDEX skill_key_embedded_at ON skills.skill_key (embedded_at);
+-- The settings are those of the automatic edges in skills.edge (the last build's or update's):
+-- an update with other settings builds again.
 CREATE TABLE skills.graph_state (
-    version  bigint NOT NULL,
-    built_at timestamptz
+    version               bigint NOT NULL,
+    built_at              timestamptz,
+    semantic_threshold    real,
+    alternative_threshold real,
+    neighbours            integer
 );
-INSERT INTO skills.graph_state VALUES (0, NULL);
+INSERT INTO skills.graph_state (version) VALUES (0);
+
+-- Keys written or removed since the graph's last build or update, for skills.update_graph to
+-- recompute the nearest-key edges around them instead of every key's: a written key's skill
+-- (old_key NULL), a removed key's skill and its value (to find the skills it was nearest to),
+-- or a NULL skill_id after a TRUNCATE (everything changed). Filled by statement triggers on
+-- skills.skill_key, emptied by the build or update that reads it.
+CREATE TABLE skills.graph_pending (
+    skill_id bigint,
+    old_key  skills.key
+);
+COMMENT ON TABLE skills.graph_pending IS
+    'Keys written (old_key NULL) or removed (old_key = the removed value) since the last skills.build_graph() or skills.update_graph(); skill_id NULL: everything.';
+
+CREATE FUNCTION skills.key_changed() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO skills.graph_pending (skill_id, old_key) SELECT o.skill_id, o.k0 FROM gone AS o;
+    ELSIF TG_OP = 'TRUNCATE' THEN
+        INSERT INTO skills.graph_pending (skill_id) VALUES (NULL);
+    ELSE
+        INSERT INTO skills.graph_pending (skill_id) SELECT n.skill_id FROM written AS n;
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- One trigger per event: a trigger with transition tables handles one. (skills.distribute()
+-- drops them: on Citus every update builds the graph again.)
+CREATE TRIGGER key_inserted AFTER INSERT ON skills.skill_key
+    REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION skills.key_changed();
+CREATE TRIGGER key_updated AFTER UPDATE ON skills.skill_key
+    REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION skills.key_changed();
+CREATE TRIGGER key_deleted AFTER DELETE ON skills.skill_key
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION skills.key_changed();
+CREATE TRIGGER key_truncated AFTER TRUNCATE ON skills.skill_key
+    FOR EACH STATEMENT EXECUTE FUNCTION skills.key_changed();
 
 CREATE FUNCTION skills.edge_changed() RETURNS trigger
 LANGUAGE plpgsql
@@ -53,6 +96,51 @@ CREATE TRIGGER edge_changed
 CREATE TRIGGER skill_delete_changes_edges
     BEFORE DELETE ON skills.skill
     FOR EACH STATEMENT EXECUTE FUNCTION skills.edge_changed();
+
+CREATE FUNCTION skills.check_graph_settings(caller text, semantic_threshold real,
+                                            alternative_threshold real, neighbours integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL
+       OR NOT (semantic_threshold BETWEEN -1 AND 1) OR NOT (alternative_threshold BETWEEN -1 AND 1)
+       OR neighbours < 0 THEN
+        RAISE EXCEPTION '% needs thresholds in [-1, 1] and neighbours >= 0', caller
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Keys are unit vectors: q·k is a cosine. Defaults: 0.7, 0.95, 8.';
+    END IF;
+END
+$$;
+
+-- The nearest-key edges of the keyed skills in `sources` (NULL: every keyed skill), on one
+-- node: each to its `neighbours` nearest keys with q·k >= semantic_threshold (and > 0), as
+-- skills.build_graph describes. The caller has deleted the sources' earlier ones.
+CREATE FUNCTION skills.write_key_edges(sources bigint[], semantic_threshold real,
+                                       alternative_threshold real, neighbours integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
+    SELECT a.skill_id, n.skill_id,
+           CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
+           n.sim,
+           CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
+    FROM skills.skill_key AS a
+    CROSS JOIN LATERAL (
+        SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
+        FROM skills.skill_key AS b
+        WHERE b.skill_id <> a.skill_id
+        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0
+        LIMIT neighbours) AS n
+    WHERE (sources IS NULL OR a.skill_id = ANY (sources))
+      AND n.sim >= semantic_threshold AND n.sim > 0
+    ON CONFLICT DO NOTHING;
+END
+$$;
 
 -- Rebuilds the automatic edges; hand-made edges stay (and win over an automatic one of the same
 -- type between the same skills).
@@ -77,19 +165,15 @@ DECLARE
     after bigint;
     upto bigint;
 BEGIN
-    IF semantic_threshold IS NULL OR alternative_threshold IS NULL OR neighbours IS NULL
-       OR NOT (semantic_threshold BETWEEN -1 AND 1) OR NOT (alternative_threshold BETWEEN -1 AND 1)
-       OR neighbours < 0 THEN
-        RAISE EXCEPTION 'build_graph needs thresholds in [-1, 1] and neighbours >= 0'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Keys are unit vectors: q·k is a cosine. Defaults: 0.7, 0.95, 8.';
-    END IF;
+    PERFORM skills.check_graph_settings('build_graph', semantic_threshold, alternative_threshold, neighbours);
     -- One build at a time (the embedder worker rebuilds after draining its queue). The lock is
     -- graph_state's row, which every statement changing skills.edge or deleting skills updates
     -- before it starts (the triggers above): a build and a concurrent edge change take the same
     -- lock first, and cannot deadlock (an advisory lock taken before the edge deletion's own row
     -- lock could).
     PERFORM FROM skills.graph_state FOR UPDATE;
+    -- Every key is read below: the changes recorded so far are in this build.
+    DELETE FROM skills.graph_pending;
     DELETE FROM skills.edge AS e WHERE e.provenance LIKE 'auto:%';
     IF neighbours = 0 THEN
         NULL;  -- document rules only
@@ -145,21 +229,106 @@ BEGIN
             after := upto;
         END LOOP;
     ELSE
-    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-    SELECT a.skill_id, n.skill_id,
-           CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
-           n.sim,
-           CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
-    FROM skills.skill_key AS a
-    CROSS JOIN LATERAL (
-        SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
-        FROM skills.skill_key AS b
-        WHERE b.skill_id <> a.skill_id
-        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0
-        LIMIT neighbours) AS n
-    WHERE n.sim >= semantic_threshold AND n.sim > 0
-    ON CONFLICT DO NOTHING;
+        PERFORM skills.write_key_edges(NULL, semantic_threshold, alternative_threshold, neighbours);
     END IF;
+    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
+    SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
+    FROM skills.rule_edges() AS r
+    ON CONFLICT DO NOTHING;
+    UPDATE skills.graph_state AS g
+    SET built_at = now(), semantic_threshold = build_graph.semantic_threshold,
+        alternative_threshold = build_graph.alternative_threshold, neighbours = build_graph.neighbours;
+    RETURN QUERY SELECT e.type, count(*) FROM skills.edge AS e GROUP BY e.type ORDER BY e.type;
+END
+$$;
+COMMENT ON FUNCTION skills.build_graph(real, real, integer) IS
+    'Replaces the automatic edges of skills.edge (key similarity, near-duplicates, document rules); returns the edge count per type.';
+
+-- Brings the automatic edges up to date with the keys written or removed since the last build
+-- or update (skills.graph_pending), with the edges a build would write: only the skills whose
+-- nearest keys a change can have touched are searched again,
+--   * each changed skill (one whose key was removed loses its edges),
+--   * each skill with a nearest-key edge to a changed skill (the edge's weight or place changed),
+--   * each skill that a new key, or a removed one, is at least as near to as the farthest of its
+--     nearest-key edges (or that has fewer than `neighbours` of them and the key passes the
+--     threshold): found by comparing every key with the changed ones, one pass over the keys;
+-- the document rules are read again in full (a changed text changes its key). With other
+-- settings than the edges were built with, before any build, after a TRUNCATE of the keys, on
+-- Citus, or with more than `most_changes` changed keys (where a build costs less), it builds.
+-- The embedder worker runs it after each drained batch of keys.
+CREATE FUNCTION skills.update_graph(
+    semantic_threshold real DEFAULT 0.7,
+    alternative_threshold real DEFAULT 0.95,
+    neighbours integer DEFAULT 8,
+    most_changes integer DEFAULT 500)
+RETURNS TABLE (type skills.edge_type, edges bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state skills.graph_state;
+    changed bigint[];
+    removed skills.key[];
+    everything boolean;
+    sources bigint[];
+BEGIN
+    PERFORM skills.check_graph_settings('update_graph', semantic_threshold, alternative_threshold, neighbours);
+    IF most_changes IS NULL OR most_changes < 0 THEN
+        RAISE EXCEPTION 'update_graph needs most_changes >= 0'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The number of changed keys above which the whole graph is built; default 500.';
+    END IF;
+    -- The build's lock (see skills.build_graph).
+    SELECT * INTO state FROM skills.graph_state FOR UPDATE;
+    WITH taken AS (DELETE FROM skills.graph_pending RETURNING skill_id, old_key)
+    SELECT coalesce(array_agg(DISTINCT t.skill_id) FILTER (WHERE t.skill_id IS NOT NULL), '{}'),
+           coalesce(array_agg(t.old_key) FILTER (WHERE t.old_key IS NOT NULL), '{}'),
+           coalesce(bool_or(t.skill_id IS NULL), false)
+    INTO changed, removed, everything
+    FROM taken AS t;
+    IF state.built_at IS NULL OR everything
+       OR state.semantic_threshold IS DISTINCT FROM update_graph.semantic_threshold
+       OR state.alternative_threshold IS DISTINCT FROM update_graph.alternative_threshold
+       OR state.neighbours IS DISTINCT FROM update_graph.neighbours
+       OR cardinality(changed) > most_changes
+       OR skills.is_distributed('skills.skill_key') THEN
+        RETURN QUERY SELECT * FROM skills.build_graph(semantic_threshold, alternative_threshold, neighbours);
+        RETURN;
+    END IF;
+    IF neighbours > 0 AND cardinality(changed) > 0 THEN
+        SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO sources
+        FROM (
+            -- with or without a key now (a skill whose key was removed loses its edges)
+            SELECT c.id FROM unnest(changed) AS c(id)
+            UNION ALL
+            SELECT e.from_skill FROM skills.edge AS e
+            WHERE e.to_skill = ANY (changed)
+              AND e.provenance IN ('auto:key-similarity', 'auto:near-duplicate')
+            UNION ALL
+            SELECT near.skill_id
+            FROM (SELECT b.skill_id, max((-(b.k0 OPERATOR(skills.<#>) q.key))::real) AS sim
+                  FROM skills.skill_key AS b,
+                       (SELECT k.skill_id, k.k0 FROM skills.skill_key AS k WHERE k.skill_id = ANY (changed)
+                        UNION ALL
+                        SELECT NULL, r.key FROM unnest(removed) AS r(key)) AS q(skill_id, key)
+                  WHERE b.skill_id IS DISTINCT FROM q.skill_id
+                  GROUP BY b.skill_id) AS near
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS edges, min(e.weight) AS farthest FROM skills.edge AS e
+                WHERE e.from_skill = near.skill_id
+                  AND e.provenance IN ('auto:key-similarity', 'auto:near-duplicate')) AS list
+            WHERE near.sim >= update_graph.semantic_threshold AND near.sim > 0
+              AND (list.edges < update_graph.neighbours OR near.sim >= list.farthest)
+        ) AS x(id);
+    END IF;
+    IF cardinality(sources) > 0 THEN
+        DELETE FROM skills.edge AS e
+        WHERE e.from_skill = ANY (sources)
+          AND e.provenance IN ('auto:key-similarity', 'auto:near-duplicate');
+        PERFORM skills.write_key_edges(sources, semantic_threshold, alternative_threshold, neighbours);
+    END IF;
+    DELETE FROM skills.edge AS e
+    WHERE e.provenance LIKE 'auto:%' AND e.provenance NOT IN ('auto:key-similarity', 'auto:near-duplicate');
     INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
     SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
     FROM skills.rule_edges() AS r
@@ -168,7 +337,7 @@ BEGIN
     RETURN QUERY SELECT e.type, count(*) FROM skills.edge AS e GROUP BY e.type ORDER BY e.type;
 END
 $$;
-COMMENT ON FUNCTION skills.build_graph(real, real, integer) IS
-    'Replaces the automatic edges of skills.edge (key similarity, near-duplicates, document rules); returns the edge count per type.';
+COMMENT ON FUNCTION skills.update_graph(real, real, integer, integer) IS
+    'Brings the automatic edges of skills.edge up to date with the keys changed since the last build or update (skills.graph_pending), as skills.build_graph would write them; builds when that is cheaper; returns the edge count per type.';
 
 SELECT pg_catalog.pg_extension_config_dump('skills.edge', '');

@@ -40,6 +40,8 @@ REVOKE EXECUTE ON FUNCTION
     skills.train_compressor_weights(text, integer, integer, bigint),
     skills.recompress_keys(),
     skills.build_graph(real, real, integer),
+    skills.update_graph(real, real, integer, integer),
+    skills.write_key_edges(bigint[], real, real, integer),
     skills.rule_edges(),
     skills.embed_pending(bigint),
     skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean),
@@ -73,8 +75,10 @@ GRANT EXECUTE ON FUNCTION skills.record_run(text, jsonb, text, jsonb, numeric, t
 GRANT INSERT, UPDATE, DELETE ON skills.skill TO skills_loader;
 GRANT INSERT ON skills.skill_version TO skills_loader;
 GRANT SELECT, INSERT, UPDATE ON skills.embed_queue TO skills_loader;
--- Deleting a skill deletes its edges, whose trigger counts the change in graph_state.
+-- Deleting a skill deletes its edges, whose trigger counts the change in graph_state, and its
+-- key, whose trigger records the change for the graph's next update.
 GRANT UPDATE ON skills.graph_state TO skills_loader;
+GRANT INSERT ON skills.graph_pending TO skills_loader;
 GRANT EXECUTE ON FUNCTION skills.apply_staging(), skills.prepare_skill_writes(text[], text[], text[]),
     skills.bm25_merge_append(oid), skills.sync_source(text[]),
     skills.set_category(bigint, skills.category), skills.rescan_risk() TO skills_loader;
@@ -89,6 +93,8 @@ GRANT EXECUTE ON FUNCTION
     skills.train_compressor_weights(text, integer, integer, bigint),
     skills.recompress_keys(),
     skills.build_graph(real, real, integer),
+    skills.update_graph(real, real, integer, integer),
+    skills.write_key_edges(bigint[], real, real, integer),
     skills.rule_edges(),
     skills.embed_pending(bigint),
     skills.merge_duplicate_skills(text[])
@@ -104,6 +110,7 @@ TO skills_worker;
 GRANT INSERT, UPDATE ON skills.skill_key TO skills_worker;
 GRANT UPDATE, DELETE ON skills.embed_queue TO skills_worker;
 GRANT UPDATE ON skills.embedder_progress, skills.graph_state TO skills_worker;
+GRANT SELECT, INSERT, DELETE ON skills.graph_pending TO skills_worker;
 GRANT INSERT, DELETE ON skills.edge TO skills_worker;
 GRANT INSERT, UPDATE ON skills.keyopt_round TO skills_worker;
 -- Merging copies of one content before keying them (skills.merge_duplicate_skills; only Citus
@@ -115,6 +122,8 @@ GRANT INSERT ON skills.keyopt_skill TO skills_worker;
 GRANT INSERT, UPDATE ON skills.compressor TO skills_worker;
 GRANT EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
+    skills.update_graph(real, real, integer, integer),
+    skills.write_key_edges(bigint[], real, real, integer),
     skills.rule_edges(),
     skills.use_round(integer),
     skills.merge_duplicate_skills(text[]),

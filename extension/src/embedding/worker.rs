@@ -96,14 +96,16 @@ fn one_pass() -> Pass {
     }
 }
 
-/// Once the queue is drained, the skill graph's automatic edges are rebuilt if keys changed
-/// since the last build (`skills.build_graph()`, the default thresholds): the graph follows
-/// the skills without anyone calling it.
+/// Once the queue is drained, the skill graph's automatic edges are brought up to date if keys
+/// changed since the last build or update (`skills.update_graph()`, the default thresholds:
+/// the edges around the changed keys, or a whole build when that costs less): the graph
+/// follows the skills without anyone calling it.
 fn rebuild_stale_graph() -> Pass {
     let stale = crate::spi::try_get_one::<bool>(
         // max() reads the end of skill_key_embedded_at: this runs every idle pass, and a
         // join with an OR scanned every key whenever the graph was up to date.
-        "SELECT (SELECT max(embedded_at) FROM skills.skill_key) \
+        "SELECT EXISTS (SELECT FROM skills.graph_pending) \
+             OR (SELECT max(embedded_at) FROM skills.skill_key) \
                 > coalesce((SELECT built_at FROM skills.graph_state), '-infinity')",
     )
     .ok()
@@ -118,10 +120,10 @@ fn rebuild_stale_graph() -> Pass {
     if distributed && !super::queue::on_citus_coordinator() {
         return Pass::Idle;
     }
-    match crate::spi::try_get_one::<i64>("SELECT sum(edges)::bigint FROM skills.build_graph()") {
+    match crate::spi::try_get_one::<i64>("SELECT sum(edges)::bigint FROM skills.update_graph()") {
         Ok(edges) => {
             log!(
-                "{WORKER_TYPE}: rebuilt the skill graph ({} edges)",
+                "{WORKER_TYPE}: updated the skill graph ({} edges)",
                 edges.unwrap_or(0)
             );
             Pass::Worked

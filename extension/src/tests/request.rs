@@ -265,6 +265,164 @@ mod tests {
         }
     }
 
+    /// Skills `prefix`0.. with the given keys (rows of KEY_DIM values); their ids in order.
+    fn skills_with_keys(prefix: &str, keys: &[f32]) -> Vec<i64> {
+        let mut ids = Vec::new();
+        for (i, key) in keys.chunks_exact(KEY_DIM).enumerate() {
+            let id = insert(
+                &format!("{prefix}{i}"),
+                "a keyed skill",
+                &format!("step {i}"),
+            );
+            exec(&format!(
+                "INSERT INTO skills.skill_key (skill_id, content_hash, embedding, k0) \
+                 SELECT id, content_hash, array_fill(0::real, ARRAY[384]), {} \
+                 FROM skills.skill WHERE id = {id}",
+                key_literal(key)
+            ));
+            ids.push(id);
+        }
+        ids
+    }
+
+    fn automatic_edges() -> Vec<String> {
+        column(
+            "SELECT concat_ws('|', from_skill, to_skill, type, weight, provenance) FROM skills.edge \
+             WHERE provenance LIKE 'auto:%' ORDER BY from_skill, to_skill, type",
+        )
+    }
+
+    /// Panics with the edges only one of `got` and `want` has.
+    fn assert_same_edges(got: &[String], want: &[String], context: &str) {
+        let only_got: Vec<&String> = got.iter().filter(|e| !want.contains(e)).collect();
+        let only_want: Vec<&String> = want.iter().filter(|e| !got.contains(e)).collect();
+        assert!(
+            only_got.is_empty() && only_want.is_empty() && got.len() == want.len(),
+            "{context}: {} edges against {}; only in the update {only_got:?}; only in the build {only_want:?}",
+            got.len(),
+            want.len()
+        );
+    }
+
+    /// After keys are written, rewritten and removed, `skills.update_graph()` leaves the edges a
+    /// whole build writes, and searches again only around the changes.
+    #[pg_test]
+    fn update_graph_writes_the_edges_a_build_writes() {
+        own_skill_keys();
+        let centres = centres(40, KEY_DIM, 31);
+        // Two points of one cluster have q·k about 0.5: at 0.5 some lists fill, some do not.
+        let ids = skills_with_keys("u", &clustered(&centres, KEY_DIM, 600, 32));
+        exec("CREATE INDEX skill_key_k0 ON skills.skill_key USING skeys (k0) WITH (lists = 20)");
+        exec("ANALYZE skills.skill_key");
+        // The nearest-key searches through the index, as on a library of real size (on 600
+        // keys the planner may sort them instead), so that its scans count the searches.
+        exec("SET LOCAL enable_seqscan = off");
+        let settings = "semantic_threshold => 0.5, alternative_threshold => 0.9, neighbours => 8";
+        exec(&format!("SELECT skills.build_graph({settings})"));
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.graph_pending"), 0);
+        let full_lists: i64 = one("SELECT count(*) FROM (SELECT from_skill FROM skills.edge \
+             WHERE type IN ('semantic', 'alternative') GROUP BY from_skill HAVING count(*) = 8) AS f");
+        let short_lists: i64 = one("SELECT count(*) FROM (SELECT from_skill FROM skills.edge \
+             WHERE type IN ('semantic', 'alternative') GROUP BY from_skill HAVING count(*) < 8) AS f");
+        assert!(
+            full_lists > 50 && short_lists > 50,
+            "{full_lists} full and {short_lists} short lists"
+        );
+
+        // New skills (two near copies of existing keys among them), rewritten keys, removed
+        // skills, and one key removed from a skill that stays.
+        let mut new_keys = clustered(&centres, KEY_DIM, 30, 33);
+        for (copy, of) in [(0, ids[5]), (1, ids[77])] {
+            let original: Vec<f32> = one::<Vec<f32>>(&format!(
+                "SELECT k0::real[] FROM skills.skill_key WHERE skill_id = {of}"
+            ));
+            let noise = clustered(&centres, KEY_DIM, 1, 34 + copy as u64);
+            let mut near: Vec<f32> = original
+                .iter()
+                .zip(&noise)
+                .map(|(a, b)| a + 0.05 * b)
+                .collect();
+            let norm = near.iter().map(|v| v * v).sum::<f32>().sqrt();
+            near.iter_mut().for_each(|v| *v /= norm);
+            new_keys[copy * KEY_DIM..(copy + 1) * KEY_DIM].copy_from_slice(&near);
+        }
+        skills_with_keys("new", &new_keys);
+        let rewritten = clustered(&centres, KEY_DIM, 20, 35);
+        for (i, key) in rewritten.chunks_exact(KEY_DIM).enumerate() {
+            exec(&format!(
+                "UPDATE skills.skill_key SET k0 = {} WHERE skill_id = {}",
+                key_literal(key),
+                ids[100 + 7 * i]
+            ));
+        }
+        let removed: Vec<String> = (0..20).map(|i| ids[300 + 11 * i].to_string()).collect();
+        exec(&format!(
+            "DELETE FROM skills.skill WHERE id IN ({})",
+            removed.join(",")
+        ));
+        exec(&format!(
+            "DELETE FROM skills.skill_key WHERE skill_id = {}",
+            ids[599]
+        ));
+        assert_eq!(
+            one::<i64>("SELECT count(DISTINCT skill_id) FROM skills.graph_pending"),
+            71
+        );
+
+        let scans =
+            || -> i64 { one("SELECT pg_stat_get_xact_numscans('skills.skill_key_k0'::regclass)") };
+        let before = scans();
+        exec(&format!("SELECT skills.update_graph({settings})"));
+        let update_scans = scans() - before;
+        let updated = automatic_edges();
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.graph_pending"), 0);
+        assert!(
+            updated.iter().any(|e| e.contains("|alternative|")),
+            "the near copies make alternative edges"
+        );
+
+        let before = scans();
+        exec(&format!("SELECT skills.build_graph({settings})"));
+        let build_scans = scans() - before;
+        assert_same_edges(
+            &updated,
+            &automatic_edges(),
+            "the update's edges are the build's",
+        );
+        assert!(
+            update_scans < build_scans,
+            "the update searched {update_scans} keys' neighbours, a build {build_scans}"
+        );
+
+        // One new skill: its own neighbours and those of the few skills it comes near.
+        skills_with_keys("one", &clustered(&centres, KEY_DIM, 1, 36));
+        let before = scans();
+        exec(&format!("SELECT skills.update_graph({settings})"));
+        let update_scans = scans() - before;
+        let updated = automatic_edges();
+        exec(&format!("SELECT skills.build_graph({settings})"));
+        assert_same_edges(&updated, &automatic_edges(), "after one new key");
+        assert!(
+            (1..=30).contains(&update_scans),
+            "one new key: the update searched {update_scans} keys' neighbours"
+        );
+
+        // Other settings, or a TRUNCATE of the keys, build the whole graph again.
+        let other = "semantic_threshold => 0.45, alternative_threshold => 0.9, neighbours => 6";
+        exec(&format!("SELECT skills.update_graph({other})"));
+        let updated = automatic_edges();
+        exec(&format!("SELECT skills.build_graph({other})"));
+        assert_same_edges(&updated, &automatic_edges(), "with other settings");
+        exec("TRUNCATE skills.skill_key");
+        exec(&format!("SELECT skills.update_graph({other})"));
+        assert_eq!(
+            one::<i64>(
+                "SELECT count(*) FROM skills.edge WHERE type IN ('semantic', 'alternative')"
+            ),
+            0
+        );
+    }
+
     #[pg_test(
         error = "new row for relation \"edge\" violates check constraint \"edge_not_a_loop\""
     )]
