@@ -14,6 +14,8 @@ set -euo pipefail
 DSN=${DSN:-"host=127.0.0.1 port=54420 user=postgres dbname=postgres"}
 B=${PGBIN:-/usr/lib/postgresql/15/bin}
 CHANGES=${CHANGES:-"1 16 64 256"}
+# Arguments of update_graph(), e.g. UPDATE_ARGS="most_changes => 5000" (the defaults if empty).
+UPDATE_ARGS=${UPDATE_ARGS:-}
 q() { "$B/psql" -X -q -At -v ON_ERROR_STOP=1 "$DSN" -c "$1"; }
 timed() { # SQL: runs it, prints seconds
   local t0 t1
@@ -61,7 +63,7 @@ for k in $CHANGES; do
          ORDER BY hashtext(skill_id || ':drop:$k:' || clock_timestamp()) LIMIT $quarter)" >/dev/null
   pending=$(q "SELECT count(DISTINCT skill_id) FROM skills.graph_pending")
   s0=$(scans)
-  t_update=$(timed "SELECT skills.update_graph()")
+  t_update=$(timed "SELECT skills.update_graph($UPDATE_ARGS)")
   s1=$(scans)
   q "DROP TABLE IF EXISTS bench_updated; CREATE TABLE bench_updated AS
      SELECT from_skill, to_skill, type, weight, provenance FROM skills.edge WHERE provenance LIKE 'auto:%'"
