@@ -103,8 +103,9 @@ fn one_pass() -> Pass {
 fn rebuild_stale_graph() -> Pass {
     let stale = crate::spi::try_get_one::<bool>(
         // max() reads the end of skill_key_embedded_at: this runs every idle pass, and a
-        // join with an OR scanned every key whenever the graph was up to date.
-        "SELECT EXISTS (SELECT FROM skills.graph_pending) \
+        // join with an OR scanned every key whenever the graph was up to date. (Citus cannot
+        // plan a subquery of no columns next to a distributed table: SELECT 1.)
+        "SELECT EXISTS (SELECT 1 FROM skills.graph_pending) \
              OR (SELECT max(embedded_at) FROM skills.skill_key) \
                 > coalesce((SELECT built_at FROM skills.graph_state), '-infinity')",
     )
