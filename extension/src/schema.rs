@@ -35,7 +35,12 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../../sql/graph.sql",
     name = "graph",
-    requires = ["embedding", "keyopt", search::graph::rule_edges]
+    requires = [
+        "embedding",
+        "keyopt",
+        search::graph::rule_edges,
+        search::graph::key_neighbours
+    ]
 );
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!(
