@@ -125,24 +125,30 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-    SELECT n.from_skill, n.to_skill,
+    SELECT a.skill_id, n.skill_id,
            CASE WHEN n.sim >= alternative_threshold THEN 'alternative' ELSE 'semantic' END::skills.edge_type,
            n.sim,
            CASE WHEN n.sim >= alternative_threshold THEN 'auto:near-duplicate' ELSE 'auto:key-similarity' END
-    FROM (SELECT k.from_skill, k.to_skill, k.sim::real AS sim
-          FROM skills.key_neighbours(sources, neighbours) AS k) AS n
-    WHERE n.sim >= semantic_threshold AND n.sim > 0
+    FROM skills.skill_key AS a
+    CROSS JOIN LATERAL (
+        SELECT b.skill_id, (-(b.k0 OPERATOR(skills.<#>) a.k0))::real AS sim
+        FROM skills.skill_key AS b
+        WHERE b.skill_id <> a.skill_id
+        ORDER BY b.k0 OPERATOR(skills.<#>) a.k0
+        LIMIT neighbours) AS n
+    WHERE (sources IS NULL OR a.skill_id = ANY (sources))
+      AND n.sim >= semantic_threshold AND n.sim > 0
     ON CONFLICT DO NOTHING;
 END
 $$;
 
 -- Rebuilds the automatic edges; hand-made edges stay (and win over an automatic one of the same
 -- type between the same skills).
---   semantic:    each keyed skill to its `neighbours` nearest keys with q·k ≥ semantic_threshold,
---                weight = q·k (skills.key_neighbours: through the skeys index as the searches
---                read it, ties by id; without one, or where the executor must read the rows, a
---                lateral ORDER BY distance LIMIT per key, ties left to the scan: a tie-break by
---                skill id in that statement sorted every key for every key, 389 s at 20,000);
+--   semantic:    each keyed skill to its `neighbours` nearest keys with q·k ≥ semantic_threshold
+--                (the skeys index serves the nearest-key search when there is one), weight = q·k;
+--                ordered by the distance alone: an index scan cannot give a tie-break by skill id,
+--                and with it the search sorted every key for every key (quadratic: 389 s at
+--                20,000 keys, 0.2 ms a key through the index); exact ties are left to the scan;
 --   alternative: the same pairs with q·k ≥ alternative_threshold (near-duplicates), instead;
 --   dependency / workflow: skills.rule_edges() (documented in kernels/src/graph/rules.rs).
 CREATE FUNCTION skills.build_graph(

@@ -43,7 +43,6 @@ REVOKE EXECUTE ON FUNCTION
     skills.update_graph(real, real, integer, integer),
     skills.write_key_edges(bigint[], real, real, integer),
     skills.rule_edges(),
-    skills.key_neighbours(bigint[], integer),
     skills.embed_pending(bigint),
     skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean),
     skills.apply_staging(),
@@ -97,7 +96,6 @@ GRANT EXECUTE ON FUNCTION
     skills.update_graph(real, real, integer, integer),
     skills.write_key_edges(bigint[], real, real, integer),
     skills.rule_edges(),
-    skills.key_neighbours(bigint[], integer),
     skills.embed_pending(bigint),
     skills.merge_duplicate_skills(text[])
 TO skills_admin;
@@ -127,7 +125,6 @@ GRANT EXECUTE ON FUNCTION
     skills.update_graph(real, real, integer, integer),
     skills.write_key_edges(bigint[], real, real, integer),
     skills.rule_edges(),
-    skills.key_neighbours(bigint[], integer),
     skills.use_round(integer),
     skills.merge_duplicate_skills(text[]),
     skills.train_compressor(text, integer, integer, bigint, boolean),

@@ -35,12 +35,7 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../../sql/graph.sql",
     name = "graph",
-    requires = [
-        "embedding",
-        "keyopt",
-        search::graph::rule_edges,
-        search::graph::key_neighbours
-    ]
+    requires = ["embedding", "keyopt", search::graph::rule_edges]
 );
 // Trigger, provenance helpers, apply_staging, search: after the Rust functions they call.
 pgrx::extension_sql_file!(

@@ -98,60 +98,6 @@ pub fn trace(key: &[f32], seeds: &[(i64, f64)]) -> Vec<(i64, f64)> {
 /// library's texts (about 1 GB at 100,000 skills) are never in memory at once.
 const TEXTS_PER_FETCH: i64 = 256;
 
-/// For each keyed skill of `sources` (every keyed skill when NULL), its `neighbours` nearest
-/// other keys, with q·k0 (the nearest-key edges of `skills.build_graph` and
-/// `skills.update_graph`, before their thresholds): through the skeys index without a statement
-/// per skill where the searches read it so (`key::top_k::neighbours_of`: best first, ties by
-/// id), else one statement of a lateral index scan per skill (ties left to the scan).
-#[pg_extern(stable)]
-fn key_neighbours(
-    sources: Option<Vec<i64>>,
-    neighbours: i32,
-) -> TableIterator<
-    'static,
-    (
-        name!(from_skill, i64),
-        name!(to_skill, i64),
-        name!(sim, f64),
-    ),
-> {
-    if neighbours < 0 {
-        crate::errors::raise(
-            pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "key_neighbours needs neighbours >= 0",
-            None,
-        );
-    }
-    let rows = crate::key::top_k::neighbours_of(sources.as_deref(), neighbours as usize)
-        .unwrap_or_else(|| {
-            crate::spi::read(|client| {
-                client
-                    .select(
-                        "SELECT a.skill_id, n.skill_id, -n.distance \
-                         FROM skills.skill_key AS a \
-                         CROSS JOIN LATERAL ( \
-                             SELECT b.skill_id, b.k0 OPERATOR(skills.<#>) a.k0 AS distance \
-                             FROM skills.skill_key AS b \
-                             WHERE b.skill_id <> a.skill_id \
-                             ORDER BY b.k0 OPERATOR(skills.<#>) a.k0 \
-                             LIMIT $2) AS n \
-                         WHERE $1::bigint[] IS NULL OR a.skill_id = ANY ($1)",
-                        None,
-                        &[sources.clone().into(), neighbours.into()],
-                    )?
-                    .map(|row| {
-                        Ok((
-                            row.get::<i64>(1)?.expect("NOT NULL"),
-                            row.get::<i64>(2)?.expect("NOT NULL"),
-                            row.get::<f64>(3)?.unwrap_or(f64::NAN),
-                        ))
-                    })
-                    .collect::<pgrx::spi::Result<Vec<_>>>()
-            })
-        });
-    TableIterator::new(rows)
-}
-
 /// The edges the document rules find among all skills (see `kernels/src/graph/rules.rs`).
 #[pg_extern(stable)]
 fn rule_edges() -> TableIterator<

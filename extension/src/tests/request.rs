@@ -263,39 +263,6 @@ mod tests {
             want.sort_unstable();
             assert_eq!(got, want, "the edges of skill {id}");
         }
-        // skills.key_neighbours reads the index without a statement per skill; with every list
-        // read its answer for every skill is the statement's over the table without an index.
-        let neighbours = || {
-            column(
-                "SELECT concat_ws('|', from_skill, to_skill, sim) FROM skills.key_neighbours(NULL, 8) \
-                 ORDER BY from_skill, sim DESC, to_skill",
-            )
-        };
-        let scans_before = scans();
-        let direct = neighbours();
-        assert!(scans() - scans_before >= 2000);
-        let some: Vec<i64> = one(
-            "SELECT array_agg(skill_id) FROM (SELECT skill_id FROM skills.skill_key \
-             ORDER BY skill_id DESC LIMIT 3) AS k",
-        );
-        let of_some = column(&format!(
-            "SELECT concat_ws('|', from_skill, to_skill, sim) \
-             FROM skills.key_neighbours(ARRAY{some:?}::bigint[], 8) \
-             ORDER BY from_skill, sim DESC, to_skill"
-        ));
-        exec("DROP INDEX skills.skill_key_k0");
-        let statement = seqscan(neighbours);
-        assert_eq!(direct.len(), 2000 * 8);
-        assert!(
-            direct == statement,
-            "the index's neighbours differ from the statement's"
-        );
-        let want: Vec<String> = statement
-            .iter()
-            .filter(|row| some.contains(&row.split('|').next().unwrap().parse::<i64>().unwrap()))
-            .cloned()
-            .collect();
-        assert_eq!(of_some, want, "the neighbours of three skills");
     }
 
     /// Skills `prefix`0.. with the given keys (rows of KEY_DIM values); their ids in order.
