@@ -4,7 +4,7 @@
 --   skills_reader    search, render_context, read skills, keys, the graph and KeyOpt rounds
 --   skills_reporter  skills_reader + record outcomes (skills.record_run)
 --   skills_loader    skills_reader + load and edit skills (skills-load, skills.apply_staging)
---   skills_admin     both + fit, use_round, train_compressor, recompress_keys, build_graph,
+--   skills_admin     both + fit, use_round, train_compressor, recompress_keys, build_graph, update_graph,
 --                    embed_pending, and every table of the schema (no TRIGGER or REFERENCES)
 --   skills_worker    what the embedder and fitter workers run as (pg_skills.worker_role)
 --
