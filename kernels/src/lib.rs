@@ -45,4 +45,5 @@ pub mod rng;
 pub mod serving;
 pub mod synthetic;
 pub mod text;
+pub mod threads;
 pub mod vector;

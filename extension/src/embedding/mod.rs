@@ -100,6 +100,7 @@ pub fn encoder_pool(threads: usize, keep_up_to: usize) -> Option<Arc<rayon::Thre
     match rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("pg_skills encoder {i}"))
+        .spawn_handler(pg_skills_kernels::threads::spawn_without_signals)
         .build()
     {
         Ok(pool) => {

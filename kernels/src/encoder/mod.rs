@@ -247,25 +247,6 @@ pub struct Encoder {
     tokenizer: Tokenizer,
 }
 
-/// `f` with every signal blocked on the calling thread: a thread it starts inherits that mask,
-/// so a signal meant for a server process (a cancel, a latch) never runs its handler there.
-fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
-    #[cfg(unix)]
-    // SAFETY: the sets are initialised by sigfillset/pthread_sigmask before being read, and the
-    // previous mask is restored on the same thread; blocked signals stay pending until then.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut previous: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
-        let out = f();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-        out
-    }
-    #[cfg(not(unix))]
-    f()
-}
-
 impl Encoder {
     /// Loads the model from `dir`, checking every file's sha256. The checksums are computed on
     /// a thread of their own while the files are read (they were about 55 ms of the 150 ms a
@@ -273,7 +254,8 @@ impl Encoder {
     /// file that does not match is reported as that, also where it failed to load too.
     pub fn load(dir: &Path) -> Result<Encoder, EncoderError> {
         std::thread::scope(|scope| {
-            let verified = with_signals_blocked(|| scope.spawn(|| verify_model_dir(dir)));
+            let verified =
+                crate::threads::with_signals_blocked(|| scope.spawn(|| verify_model_dir(dir)));
             let loaded = Self::load_files(dir);
             let verified = verified.join().unwrap_or_else(|_| {
                 Err(EncoderError::Load(
