@@ -26,8 +26,9 @@ COMMENT ON TABLE skills.edge IS
 -- (the triggers below fire BEFORE the statement). Taken after them, as an AFTER trigger did,
 -- a skill DELETE held the skill's and its edges' rows while it waited for a running build, and
 -- the build then waited for those rows: a deadlock (tests/tests/graph.rs).
--- built_at: when skills.build_graph() last ran; keys embedded after it make the embedder worker
--- rebuild once its queue is drained (skill_key_embedded_at answers that without a scan).
+-- built_at: when skills.build_graph() or skills.update_graph() last ran; keys embedded after it
+-- make the embedder worker update the graph once its queue is drained (skill_key_embedded_at
+-- answers that without a scan).
 CREATE INDEX skill_key_embedded_at ON skills.skill_key (embedded_at);
 -- The settings are those of the automatic edges in skills.edge (the last build's or update's):
 -- an update with other settings builds again.
@@ -142,6 +143,27 @@ BEGIN
 END
 $$;
 
+-- The last steps of a build and of an update, once the nearest-key edges are written (and the
+-- earlier rule edges deleted): the document rules' edges, the time and settings of the graph,
+-- and the edge count per type.
+CREATE FUNCTION skills.finish_graph(semantic_threshold real, alternative_threshold real,
+                                    neighbours integer)
+RETURNS TABLE (type skills.edge_type, edges bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
+    SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
+    FROM skills.rule_edges() AS r
+    ON CONFLICT DO NOTHING;
+    UPDATE skills.graph_state AS g
+    SET built_at = now(), semantic_threshold = finish_graph.semantic_threshold,
+        alternative_threshold = finish_graph.alternative_threshold, neighbours = finish_graph.neighbours;
+    RETURN QUERY SELECT e.type, count(*) FROM skills.edge AS e GROUP BY e.type ORDER BY e.type;
+END
+$$;
+
 -- Rebuilds the automatic edges; hand-made edges stay (and win over an automatic one of the same
 -- type between the same skills).
 --   semantic:    each keyed skill to its `neighbours` nearest keys with q·k ≥ semantic_threshold
@@ -231,14 +253,7 @@ BEGIN
     ELSE
         PERFORM skills.write_key_edges(NULL, semantic_threshold, alternative_threshold, neighbours);
     END IF;
-    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-    SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
-    FROM skills.rule_edges() AS r
-    ON CONFLICT DO NOTHING;
-    UPDATE skills.graph_state AS g
-    SET built_at = now(), semantic_threshold = build_graph.semantic_threshold,
-        alternative_threshold = build_graph.alternative_threshold, neighbours = build_graph.neighbours;
-    RETURN QUERY SELECT e.type, count(*) FROM skills.edge AS e GROUP BY e.type ORDER BY e.type;
+    RETURN QUERY SELECT * FROM skills.finish_graph(semantic_threshold, alternative_threshold, neighbours);
 END
 $$;
 COMMENT ON FUNCTION skills.build_graph(real, real, integer) IS
@@ -331,12 +346,7 @@ BEGIN
     END IF;
     DELETE FROM skills.edge AS e
     WHERE e.provenance LIKE 'auto:%' AND e.provenance NOT IN ('auto:key-similarity', 'auto:near-duplicate');
-    INSERT INTO skills.edge (from_skill, to_skill, type, weight, provenance)
-    SELECT r.from_skill, r.to_skill, r.type::skills.edge_type, r.weight, 'auto:' || r.rule
-    FROM skills.rule_edges() AS r
-    ON CONFLICT DO NOTHING;
-    UPDATE skills.graph_state SET built_at = now();
-    RETURN QUERY SELECT e.type, count(*) FROM skills.edge AS e GROUP BY e.type ORDER BY e.type;
+    RETURN QUERY SELECT * FROM skills.finish_graph(semantic_threshold, alternative_threshold, neighbours);
 END
 $$;
 COMMENT ON FUNCTION skills.update_graph(real, real, integer, integer) IS

@@ -42,6 +42,7 @@ REVOKE EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
     skills.update_graph(real, real, integer, integer),
     skills.write_key_edges(bigint[], real, real, integer),
+    skills.finish_graph(real, real, integer),
     skills.rule_edges(),
     skills.embed_pending(bigint),
     skills.record_run(text, jsonb, text, jsonb, numeric, text, boolean, boolean),
@@ -95,6 +96,7 @@ GRANT EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
     skills.update_graph(real, real, integer, integer),
     skills.write_key_edges(bigint[], real, real, integer),
+    skills.finish_graph(real, real, integer),
     skills.rule_edges(),
     skills.embed_pending(bigint),
     skills.merge_duplicate_skills(text[])
@@ -124,6 +126,7 @@ GRANT EXECUTE ON FUNCTION
     skills.build_graph(real, real, integer),
     skills.update_graph(real, real, integer, integer),
     skills.write_key_edges(bigint[], real, real, integer),
+    skills.finish_graph(real, real, integer),
     skills.rule_edges(),
     skills.use_round(integer),
     skills.merge_duplicate_skills(text[]),
