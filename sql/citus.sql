@@ -18,6 +18,11 @@ DECLARE
     anchor_shard bigint := substring((SELECT c.relname FROM pg_catalog.pg_class AS c WHERE c.oid = anchor) FROM '_([0-9]+)$')::bigint;
     shard bigint;
 BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
+        RAISE EXCEPTION 'skills.colocated_shard needs Citus, which is not installed in this database'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'It serves searches and graph builds on a table skills.distribute() distributed; on one node they read the tables themselves.';
+    END IF;
     EXECUTE 'SELECT s.shardid FROM pg_catalog.pg_dist_shard AS a
              JOIN pg_catalog.pg_dist_shard AS s ON s.shardminvalue = a.shardminvalue
                   AND s.logicalrelid = $2

@@ -142,6 +142,11 @@ DECLARE
     -- counts towards the next retraining too).
     through_event bigint := (SELECT max(e.id) FROM skills.event AS e);
 BEGIN
+    IF hidden IS NULL OR epochs IS NULL OR seed IS NULL OR activate IS NULL THEN
+        RAISE EXCEPTION 'skills.train_compressor: hidden, epochs, seed and activate must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Leave an argument out for its default; pairs may be NULL (the recorded runs).';
+    END IF;
     -- Without a pairs query: the recorded runs, each task with the skills that passed in it
     -- (arms of the skill's current content only; a run known only as a set says nothing about
     -- which of its skills answered the task).

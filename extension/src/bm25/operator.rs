@@ -218,10 +218,13 @@ fn bm25_corpus(index: pg_sys::Oid, query: &str) -> pgrx::JsonB {
 
 /// The statistics of disjoint parts of one collection (each from skills.bm25_corpus), summed.
 #[pg_extern(immutable, parallel_safe)]
-fn bm25_corpus_sum(parts: Vec<pgrx::JsonB>) -> pgrx::JsonB {
+fn bm25_corpus_sum(parts: Vec<Option<pgrx::JsonB>>) -> pgrx::JsonB {
     let parsed: Result<Vec<Corpus>, String> = parts
         .iter()
-        .map(|p| Corpus::from_json(&p.0.to_string()))
+        .map(|p| match p {
+            Some(p) => Corpus::from_json(&p.0.to_string()),
+            None => Err("a part is NULL".to_string()),
+        })
         .collect();
     match parsed.and_then(|p| Corpus::sum(&p)) {
         Ok(total) => pgrx::JsonB(serde_json::from_str(&total.to_json()).expect("valid JSON")),

@@ -24,10 +24,11 @@ fn current_params() -> Bm25Params {
 }
 
 /// Every skill matching `query`, best first (score descending, then id), at most `k` (NULL: all),
-/// only from `categories` when given.
+/// only from `categories` when given (a NULL element matches nothing). A NULL query matches
+/// nothing.
 #[pg_extern(stable)]
 fn bm25_scan(
-    query: &str,
+    query: Option<&str>,
     k: Option<i32>,
     categories: Option<Vec<Option<String>>>,
 ) -> TableIterator<'static, (name!(id, i64), name!(score, f64))> {
@@ -39,6 +40,9 @@ fn bm25_scan(
         ),
         Some(k) => Some(k as usize),
         None => None,
+    };
+    let Some(query) = query else {
+        return TableIterator::new(Vec::new());
     };
     let wanted: Option<HashSet<String>> = categories.map(|c| c.into_iter().flatten().collect());
     let mut scorer = ReferenceScorer::new(

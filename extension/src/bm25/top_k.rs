@@ -195,14 +195,22 @@ pub fn skill_table() -> pg_sys::Oid {
 
 /// The k best skills by a bm25 index on skills.skill, read from the index directly (see the
 /// module comment): (id, score), score descending, ties by id. Where row-level security applies,
-/// use skills.bm25_index_search, which orders by the operator.
+/// use skills.bm25_index_search, which orders by the operator. A NULL query matches nothing, and
+/// so does a NULL element of `categories` (as `category = ANY (categories)` would).
 #[pg_extern(stable, parallel_safe)]
 fn bm25_top_k(
-    query: &str,
+    query: Option<&str>,
     k: Option<i32>,
-    categories: Option<Vec<String>>,
-    index: pg_sys::Oid,
+    categories: Option<Vec<Option<String>>>,
+    index: Option<pg_sys::Oid>,
 ) -> TableIterator<'static, (name!(id, i64), name!(score, f64))> {
+    let Some(index) = index else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "skills.bm25_top_k needs an index, got NULL",
+            Some("Name a bm25 index on skills.skill, as skills.bm25_index('skills.skill') does."),
+        )
+    };
     if let Some(k) = k.filter(|&k| k < 0) {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -210,6 +218,9 @@ fn bm25_top_k(
             Some("Pass NULL for every row with a query term."),
         );
     }
+    let Some(query) = query else {
+        return TableIterator::new(Vec::new());
+    };
     crate::guc::check_query_size(query);
     if crate::spi::is_distributed("skills.skill") {
         raise(
@@ -226,6 +237,7 @@ fn bm25_top_k(
             Some("Row-level security is active on skills.skill: use skills.bm25_index_search, which applies it."),
         );
     }
+    let categories: Option<Vec<String>> = categories.map(|c| c.into_iter().flatten().collect());
     TableIterator::new(search(
         index,
         query,

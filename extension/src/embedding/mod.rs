@@ -456,7 +456,12 @@ pub fn active_compressor() -> (Option<i32>, Option<Arc<Compressor>>) {
 
 /// k0 of a stored embedding with the active compressor (512 values).
 #[pg_extern(stable, parallel_safe)]
-fn compress(embedding: Vec<f32>) -> Vec<f32> {
+fn compress(embedding: Vec<Option<f32>>) -> Vec<f32> {
+    // A NULL element is no value: refused like a non-finite one.
+    let embedding: Vec<f32> = embedding
+        .into_iter()
+        .map(|x| x.unwrap_or(f32::NAN))
+        .collect();
     if embedding.len() != EMBEDDING_DIMS || embedding.iter().any(|x| !x.is_finite()) {
         raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,

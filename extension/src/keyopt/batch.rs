@@ -37,8 +37,8 @@ type FirstStage = Vec<Vec<(i64, String, f32)>>;
 #[allow(clippy::type_complexity)]
 #[pg_extern(stable)]
 fn keyopt_rank_batch(
-    queries: Vec<Option<String>>,
-    k: default!(i32, 10),
+    queries: Option<Vec<Option<String>>>,
+    k: default!(Option<i32>, 10),
     categories: default!(Option<Vec<Option<String>>>, "NULL"),
 ) -> TableIterator<
     'static,
@@ -58,6 +58,22 @@ fn keyopt_rank_batch(
         name!(device, String),
     ),
 > {
+    let Some(queries) = queries else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "queries is NULL",
+            Some("Pass the task texts as a text[] (an empty array ranks nothing)."),
+        )
+    };
+    let Some(k) = k else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "k is NULL",
+            Some(&format!(
+                "Pass how many skills to rank per query, 1 to {MAX_K}."
+            )),
+        )
+    };
     if queries.len() > MAX_QUERIES {
         raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,

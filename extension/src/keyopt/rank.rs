@@ -349,14 +349,15 @@ fn read_packed_rows(round: i32, ids: &[i64]) -> HashMap<i64, PackedRow> {
 }
 
 /// KeyOpt ranking of `query`: best first, at most `k` rows (all keyed skills when NULL), within
-/// `categories` (NULL: all). With `only`, just those skills, no pool and no recall.
+/// `categories` (NULL: all). With `only`, just those skills, no pool and no recall. A NULL query
+/// ranks nothing; a NULL element of `categories` or `only` matches nothing (as `= ANY` would).
 #[allow(clippy::type_complexity)]
 #[pg_extern(stable)]
 fn keyopt_rank(
-    query: &str,
-    categories: Option<Vec<String>>,
+    query: Option<&str>,
+    categories: Option<Vec<Option<String>>>,
     k: Option<i32>,
-    only: Option<Vec<i64>>,
+    only: Option<Vec<Option<i64>>>,
 ) -> TableIterator<
     'static,
     (
@@ -370,6 +371,11 @@ fn keyopt_rank(
         name!(recalled, bool),
     ),
 > {
+    let Some(query) = query else {
+        return TableIterator::new(Vec::new());
+    };
+    let categories = categories.map(|c| c.into_iter().flatten().collect());
+    let only = only.map(|ids| ids.into_iter().flatten().collect());
     let k = k.map(|k| k.max(0) as usize);
     let rows = ranked(query, query_key_values(query), categories, k, k, only, None);
     TableIterator::new(rows.into_iter().map(|(id, p, recalled)| {
