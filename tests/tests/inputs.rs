@@ -5,8 +5,9 @@
 //! without being listed here. Each argument gets a normal value, then, one argument at a time,
 //! each edge value of its type (NULL, empty, zero, negative, extreme, NaN and infinities, very
 //! long text, multi-dimensional and huge arrays, JSON of every shape, indexes of the wrong
-//! access method, ...). Each call runs in a transaction that is rolled back, as the superuser,
-//! under a statement timeout. The test fails when a call
+//! access method, ...), and random combinations of those values (seeded). Each call runs in a
+//! transaction that is rolled back, under a statement timeout: as the superuser, then as a role
+//! with every grant of the extension under a row-level security policy. The test fails when a call
 //! - takes the backend down (the connection is lost, or the server log reports a crash),
 //! - is not stopped by the statement timeout within a few seconds (a loop that does not check
 //!   for interrupts, or a wait that cannot be cancelled),
@@ -334,8 +335,13 @@ fn functions(client: &mut Client) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// Every call: each argument's normal value, all NULL, and each edge value of one argument.
-fn calls(name: &str, types: &[String]) -> Vec<String> {
+/// Random combinations of edge values per function with two arguments or more (seeded: the
+/// test prints its seed, `PGS_FUZZ_SEED` replays it).
+const RANDOM_CALLS: usize = 24;
+
+/// Every call: each argument's normal value, all NULL, each edge value of one argument, and
+/// [`RANDOM_CALLS`] random combinations of every argument's values.
+fn calls(name: &str, types: &[String], rng: &mut Rng) -> Vec<String> {
     // Each value cast to the argument's type, so that the call resolves to this function.
     let per_arg: Vec<Vec<String>> = types
         .iter()
@@ -356,6 +362,15 @@ fn calls(name: &str, types: &[String]) -> Vec<String> {
         for v in &vs[1..] {
             let mut args = normal.clone();
             args[i] = v.clone();
+            out.push(call(args));
+        }
+    }
+    if types.len() >= 2 {
+        for _ in 0..RANDOM_CALLS {
+            let args = per_arg
+                .iter()
+                .map(|vs| vs[rng.below(vs.len() as u64) as usize].clone())
+                .collect();
             out.push(call(args));
         }
     }
@@ -439,7 +454,8 @@ fn every_function_survives_edge_inputs() {
     let mut statements: Vec<(String, String)> = Vec::new();
     for (name, types) in functions(&mut client) {
         if only.as_deref().is_none_or(|o| o == name) {
-            statements.extend(calls(&name, &types).into_iter().map(|c| (String::new(), c)));
+            let calls = calls(&name, &types, &mut rng);
+            statements.extend(calls.into_iter().map(|c| (String::new(), c)));
         }
     }
     if only.as_deref().is_none_or(|o| o == "operators") {
@@ -448,10 +464,37 @@ fn every_function_survives_edge_inputs() {
     let verbose = std::env::var_os("PGS_INPUTS_VERBOSE").is_some();
     let mut failures = Vec::new();
     let mut counts = (0usize, 0usize);
-    {
-        for (settings, call) in statements {
-            let shown: String = format!("{settings}{call}").chars().take(300).collect();
-            match run(&mut client, &settings, &call) {
+    // Twice: as the superuser, then as a role with every grant of the extension under a
+    // row-level security policy on skills.skill (the paths that apply it).
+    client
+        .batch_execute(
+            "CREATE ROLE fuzzer LOGIN IN ROLE skills_reader, skills_reporter, skills_loader, skills_admin;
+             CREATE POLICY fuzzer_half ON skills.skill USING (id % 2 = 0);",
+        )
+        .expect("the second role");
+    let as_user = |user: &str| {
+        Client::connect(
+            &format!(
+                "host=127.0.0.1 port={} user={user} dbname=postgres",
+                cluster.port
+            ),
+            postgres::NoTls,
+        )
+        .unwrap_or_else(|e| panic!("connect as {user}: {e}"))
+    };
+    for user in ["postgres", "fuzzer"] {
+        let mut client = as_user(user);
+        if user == "fuzzer" {
+            as_user("postgres")
+                .batch_execute("ALTER TABLE skills.skill ENABLE ROW LEVEL SECURITY")
+                .expect("row-level security");
+        }
+        for (settings, call) in &statements {
+            let shown: String = format!("{user}: {settings}{call}")
+                .chars()
+                .take(300)
+                .collect();
+            match run(&mut client, settings, call) {
                 Outcome::Ok => counts.0 += 1,
                 Outcome::Error(code, message) => {
                     counts.1 += 1;
@@ -466,12 +509,12 @@ fn every_function_survives_edge_inputs() {
                     failures.push(format!(
                         "{shown}: not stopped by the statement timeout ({took:?})"
                     ));
-                    client = cluster.client();
+                    client = as_user(user);
                 }
                 Outcome::Lost(e) => {
                     failures.push(format!("{shown}: the connection was lost: {e}"));
                     std::thread::sleep(Duration::from_secs(2));
-                    client = cluster.client();
+                    client = as_user(user);
                 }
             }
         }
@@ -487,7 +530,7 @@ fn every_function_survives_edge_inputs() {
         counts.0, counts.1
     );
     assert!(
-        only.is_some() || counts.0 > 500,
+        only.is_some() || counts.0 > 1000,
         "the calls run at all ({} succeeded)",
         counts.0
     );
