@@ -257,10 +257,12 @@ fn prepare_skill_writes(
             RUNNING.fetch_sub(1, Ordering::AcqRel);
         }
     };
-    match embedding::encoder_pool(
-        embedding::configured_encoder_threads(),
-        embedding::configured_encoder_threads(),
-    ) {
+    // The backend inserts the chunk before this one meanwhile, and its inserts are the load's
+    // longest serial path: leave it a core of its own.
+    let configured = embedding::configured_encoder_threads();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = configured.min(cores.saturating_sub(1)).max(1);
+    match embedding::encoder_pool(threads, configured) {
         Some(pool) => pool.spawn(job),
         None => rayon::spawn(job),
     }
