@@ -1,13 +1,17 @@
-//! Every SQL function of the extension on edge inputs: no crash, no hang, no internal error.
+//! Every SQL function of the extension on edge inputs: no crash, no hang, no unclear error.
 //!
 //! The functions are read from the catalogue (each function in schema `skills` a user can
 //! call: not the triggers, access-method handlers and type I/O), so a new function is tested
 //! without being listed here. Each argument gets a normal value, then, one argument at a time,
 //! each edge value of its type (NULL, empty, zero, negative, extreme, NaN and infinities, very
 //! long text, multi-dimensional and huge arrays, JSON of every shape, indexes of the wrong
-//! access method, ...), and random combinations of those values (seeded). Each call runs in a
-//! transaction that is rolled back, under a statement timeout: as the superuser, then as a role
-//! with every grant of the extension under a row-level security policy. The test fails when a call
+//! access method, ...), and random combinations of those values (seeded). Then the operators,
+//! through their indexes and in sequential scans, with queries made by the extension and forged
+//! as rows (any index OID, statistics of every shape), and key literals.
+//!
+//! Each statement runs in a transaction that is rolled back, under a statement timeout: as the
+//! superuser, as a role with every grant of the extension under a row-level security policy,
+//! and as a role with none. The test fails when a statement
 //! - takes the backend down (the connection is lost, or the server log reports a crash),
 //! - is not stopped by the statement timeout within a few seconds (a loop that does not check
 //!   for interrupts, or a wait that cannot be cancelled),
@@ -15,10 +19,8 @@
 //!   SQLSTATE XX000 (a Rust panic, or an ERROR without a code), a NOT NULL violation of a
 //!   table the function writes, or a missing catalogue relation.
 //!
-//! Then the operators, through their indexes and in sequential scans, with queries made by the
-//! extension and forged as rows (any index OID, statistics of every shape), and key literals.
-//!
-//! `PGS_INPUTS_ONLY=name` tests that function alone (`operators`: the operators alone); `PGS_INPUTS_VERBOSE=1` prints each error.
+//! `PGS_INPUTS_ONLY=name` tests that function alone (`operators`: the operators alone);
+//! `PGS_INPUTS_VERBOSE=1` prints each error; `PGS_FUZZ_SEED` replays the random combinations.
 
 use std::time::{Duration, Instant};
 
@@ -464,11 +466,13 @@ fn every_function_survives_edge_inputs() {
     let verbose = std::env::var_os("PGS_INPUTS_VERBOSE").is_some();
     let mut failures = Vec::new();
     let mut counts = (0usize, 0usize);
-    // Twice: as the superuser, then as a role with every grant of the extension under a
-    // row-level security policy on skills.skill (the paths that apply it).
+    // Three times: as the superuser, as a role with every grant of the extension under a
+    // row-level security policy on skills.skill (the paths that apply it), and as a role with
+    // no grant at all (the paths that meet a permission error inside a function).
     client
         .batch_execute(
             "CREATE ROLE fuzzer LOGIN IN ROLE skills_reader, skills_reporter, skills_loader, skills_admin;
+             CREATE ROLE nobody LOGIN;
              CREATE POLICY fuzzer_half ON skills.skill USING (id % 2 = 0);",
         )
         .expect("the second role");
@@ -482,7 +486,7 @@ fn every_function_survives_edge_inputs() {
         )
         .unwrap_or_else(|e| panic!("connect as {user}: {e}"))
     };
-    for user in ["postgres", "fuzzer"] {
+    for user in ["postgres", "fuzzer", "nobody"] {
         let mut client = as_user(user);
         if user == "fuzzer" {
             as_user("postgres")
