@@ -1345,6 +1345,19 @@ fn skillsbench_multi(
             multi::semantic_covered_mixed(&t.key, &t.parts, doc_keys, &bm25_of[&t.id], share)
         });
     }
+    // A diagnostic: each text's BM25 best added to the candidates.
+    let share = DEFAULT_SHARE
+        .get()
+        .copied()
+        .unwrap_or(DEFAULT_BM25_SHARE as f32);
+    for lexical in [3, 5, 10] {
+        let name = format!(
+            "semantic, parts covered, r = q·k0 + {share}·BM25, candidates + each text's BM25 top {lexical}"
+        );
+        out += &multi::row_of(&all, &name, |t| {
+            multi::covered_mixed(&t.key, &t.parts, doc_keys, &bm25_of[&t.id], share, lexical)
+        });
+    }
     out
 }
 

@@ -56,6 +56,19 @@ pub fn semantic_covered_mixed(
     bm25: &[HashMap<usize, f32>],
     share: f32,
 ) -> Vec<usize> {
+    covered_mixed(key, parts, doc_keys, bm25, share, 0)
+}
+
+/// [`semantic_covered_mixed`] with each text's `lexical` best by BM25 added to the candidates:
+/// what a lexical first stage beside the key index would add.
+pub fn covered_mixed(
+    key: &[f32],
+    parts: &[Vec<f32>],
+    doc_keys: &[Vec<f32>],
+    bm25: &[HashMap<usize, f32>],
+    share: f32,
+    lexical: usize,
+) -> Vec<usize> {
     let r = |at: usize, k: &[f32], d: usize| {
         dot(k, &doc_keys[d]) + share * bm25.get(at).and_then(|b| b.get(&d)).copied().unwrap_or(0.0)
     };
@@ -65,6 +78,15 @@ pub fn semantic_covered_mixed(
         .collect();
     for part in parts {
         for (d, _) in semantic_top(part, doc_keys, PART_POOL) {
+            if !pool.contains(&d) {
+                pool.push(d);
+            }
+        }
+    }
+    for text in bm25 {
+        let mut best: Vec<(usize, f32)> = text.iter().map(|(&d, &v)| (d, v)).collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (d, _) in best.into_iter().take(lexical) {
             if !pool.contains(&d) {
                 pool.push(d);
             }
