@@ -213,6 +213,32 @@ fn string_field(obj: &serde_json::Map<String, Value>, keys: &[&str]) -> Option<S
     })
 }
 
+/// A text field: a string (or a number, as text), or nothing when absent or null. Any other
+/// JSON value is refused rather than read as empty, which would load the record without it.
+fn text_field(
+    obj: &serde_json::Map<String, Value>,
+    keys: &[&str],
+) -> Result<Option<String>, DropReason> {
+    for k in keys {
+        match obj.get(*k) {
+            Some(Value::String(s)) => return Ok(Some(s.clone())),
+            Some(Value::Number(n)) => return Ok(Some(n.to_string())),
+            None | Some(Value::Null) => {}
+            Some(other) => {
+                let kind = match other {
+                    Value::Bool(_) => "a boolean",
+                    Value::Array(_) => "an array",
+                    _ => "an object",
+                };
+                return Err(DropReason::BadJson(format!(
+                    "`{k}` is {kind}, not a string"
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
 fn parse_object(line: &str) -> Result<serde_json::Map<String, Value>, DropReason> {
     match serde_json::from_str::<Value>(line) {
         Ok(Value::Object(o)) => Ok(o),
@@ -271,24 +297,24 @@ fn read_records(
 }
 
 fn jsonl_record(obj: &serde_json::Map<String, Value>, location: &str) -> Result<Skill, DropReason> {
-    let name = string_field(obj, &["name"])
+    let name = text_field(obj, &["name"])?
         .map(|n| normalize_inline(&n))
         .unwrap_or_default();
     if name.is_empty() {
         return Err(DropReason::MissingName("record has no name".into()));
     }
-    let category = match string_field(obj, &["category"]) {
+    let category = match text_field(obj, &["category"])? {
         Some(c) => Some(c.parse::<Category>().map_err(DropReason::BadJson)?),
         None => None,
     };
-    let description = normalize_inline(&string_field(obj, &["description"]).unwrap_or_default());
+    let description = normalize_inline(&text_field(obj, &["description"])?.unwrap_or_default());
     let instructions = normalize_body(&unify_line_endings(
-        &string_field(obj, &["instructions", "body"]).unwrap_or_default(),
+        &text_field(obj, &["instructions", "body"])?.unwrap_or_default(),
     ));
     if description.is_empty() && instructions.is_empty() {
         return Err(DropReason::Empty);
     }
-    let license = string_field(obj, &["license"]);
+    let license = text_field(obj, &["license"])?;
     let mut entry = provenance_entry(&[
         ("location", Some(location.to_owned())),
         ("source", Some("jsonl".into())),
@@ -338,10 +364,10 @@ fn beir_record(
     dataset: &str,
     location: &str,
 ) -> Result<Skill, DropReason> {
-    let title = string_field(obj, &["title"])
+    let title = text_field(obj, &["title"])?
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| id.to_owned());
-    let text = string_field(obj, &["text"]).unwrap_or_default();
+    let text = text_field(obj, &["text"])?.unwrap_or_default();
     let mut skill = if unify_line_endings(&text).starts_with("---\n") {
         parse_skill_md(&text, Some(&title))?
     } else {
@@ -483,6 +509,17 @@ mod tests {
         f.write_all(b"{\"name\":\"\xff\"}\n").unwrap();
         writeln!(f, r#"{{"name":"big","description":"{}"}}"#, "x".repeat(300)).unwrap();
         writeln!(f, "[1,2]").unwrap();
+        writeln!(
+            f,
+            r#"{{"name":"obj","description":"d","instructions":{{"a":1}}}}"#
+        )
+        .unwrap();
+        writeln!(f, r#"{{"name":["x"],"description":"d"}}"#).unwrap();
+        writeln!(
+            f,
+            r#"{{"name":"n","description":null,"instructions":"i","license":null}}"#
+        )
+        .unwrap();
         drop(f);
         let items = read_jsonl(&p, ReadLimits { max_bytes: 200 }).unwrap();
         let keys: Vec<_> = items.iter().map(dropped_key).collect();
@@ -496,9 +533,21 @@ mod tests {
                 Some("binary"),
                 Some("invalid_utf8"),
                 Some("too_large"),
-                Some("bad_json")
+                Some("bad_json"),
+                Some("bad_json"),
+                Some("bad_json"),
+                None
             ]
         );
+        match &items[8] {
+            Item::Dropped { reason, .. } => {
+                assert_eq!(
+                    reason.to_string(),
+                    "bad_json: `instructions` is an object, not a string"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
         match &items[0] {
             Item::Skill(s) => {
                 assert_eq!(s.category, Some(Category::Testing));
