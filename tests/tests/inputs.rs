@@ -7,7 +7,9 @@
 //! long text, multi-dimensional and huge arrays, JSON of every shape, indexes of the wrong
 //! access method, ...), and random combinations of those values (seeded). Then the operators,
 //! through their indexes and in sequential scans, with queries made by the extension and forged
-//! as rows (any index OID, statistics of every shape), and key literals.
+//! as rows (any index OID, statistics of every shape), and key literals. Then, as the superuser,
+//! searches of every method, a rendered context and both scans under each setting of the
+//! extension at its bounds (or each of its values, or odd strings).
 //!
 //! Each statement runs in a transaction that is rolled back, under a statement timeout: as the
 //! superuser, as a role with every grant of the extension under a row-level security policy,
@@ -19,7 +21,7 @@
 //!   SQLSTATE XX000 (a Rust panic, or an ERROR without a code), a NOT NULL violation of a
 //!   table the function writes, or a missing catalogue relation.
 //!
-//! `PGS_INPUTS_ONLY=name` tests that function alone (`operators`: the operators alone);
+//! `PGS_INPUTS_ONLY=name` tests that function alone (`operators`, `settings`: those alone);
 //! `PGS_INPUTS_VERBOSE=1` prints each error; `PGS_FUZZ_SEED` replays the random combinations.
 
 use std::time::{Duration, Instant};
@@ -267,6 +269,67 @@ fn forged_corpora() -> Vec<String> {
     out
 }
 
+/// Each setting of the extension a session may change (read from pg_settings, so a new one is
+/// covered), at its bounds and between them, or each of its values, or odd strings; under each,
+/// a search by every method, a rendered context, a batch ranking and both operators' scans.
+fn setting_statements(client: &mut Client) -> Vec<(String, String)> {
+    let methods: Vec<String> = client
+        .query_one("SELECT skills.search_methods()", &[])
+        .expect("the search methods")
+        .get(0);
+    let mut under = vec![
+        "(SELECT skills.render_context('python tests', k => 3) AS c)".to_string(),
+        "skills.keyopt_rank_batch(ARRAY['a b c', 'git bisect'], 5)".to_string(),
+        "(SELECT id FROM skills.skill ORDER BY ARRAY[name, description, instructions] \
+          OPERATOR(skills.<&>) skills.bm25query('rust tests', NULL) LIMIT 5)"
+            .to_string(),
+        "(SELECT skill_id FROM skills.skill_key \
+          ORDER BY k0 OPERATOR(skills.<#>) skills.query_key('deploy a container') LIMIT 5)"
+            .to_string(),
+    ];
+    for m in &methods {
+        under.push(format!(
+            "skills.search('rust tests fail after a merge. Also deploy the container', \
+             method => '{m}', k => 5)"
+        ));
+    }
+    let settings = client
+        .query(
+            "SELECT name, vartype, coalesce(min_val, ''), coalesce(max_val, ''),
+                    coalesce(enumvals, '{}')
+             FROM pg_settings
+             WHERE name LIKE 'pg_skills.%' AND context IN ('user', 'superuser')
+             ORDER BY 1",
+            &[],
+        )
+        .expect("the settings");
+    let mut out = Vec::new();
+    for row in settings {
+        let (name, kind, min, max): (String, String, String, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let values: Vec<String> = match kind.as_str() {
+            "enum" => row.get(4),
+            "bool" => vec!["on".into(), "off".into()],
+            "integer" => {
+                let (lo, hi): (i64, i64) = (min.parse().unwrap(), max.parse().unwrap());
+                vec![min, max, ((lo + hi) / 2).to_string()]
+            }
+            "real" => {
+                let (lo, hi): (f64, f64) = (min.parse().unwrap(), max.parse().unwrap());
+                vec![min, max, ((lo + hi) / 2.0).to_string()]
+            }
+            _ => ["", "garbage", "mit, apache-2.0", "/nonexistent"]
+                .map(String::from)
+                .to_vec(),
+        };
+        for value in values {
+            let set = format!("SET LOCAL {name} = '{}';", value.replace('\'', "''"));
+            out.extend(under.iter().map(|u| (set.clone(), u.clone())));
+        }
+    }
+    out
+}
+
 /// Statements beyond the function calls: key literals, and the operators (through their
 /// indexes and in sequential scans) with made and forged queries.
 fn operator_statements() -> Vec<(String, String)> {
@@ -463,6 +526,12 @@ fn every_function_survives_edge_inputs() {
     if only.as_deref().is_none_or(|o| o == "operators") {
         statements.extend(operator_statements());
     }
+    // As the superuser only: most of these settings are the superuser's to change.
+    let settings = if only.as_deref().is_none_or(|o| o == "settings") {
+        setting_statements(&mut client)
+    } else {
+        Vec::new()
+    };
     let verbose = std::env::var_os("PGS_INPUTS_VERBOSE").is_some();
     let mut failures = Vec::new();
     let mut counts = (0usize, 0usize);
@@ -493,7 +562,12 @@ fn every_function_survives_edge_inputs() {
                 .batch_execute("ALTER TABLE skills.skill ENABLE ROW LEVEL SECURITY")
                 .expect("row-level security");
         }
-        for (settings, call) in &statements {
+        let with_settings = if user == "postgres" {
+            &settings[..]
+        } else {
+            &[]
+        };
+        for (settings, call) in statements.iter().chain(with_settings) {
             let shown: String = format!("{user}: {settings}{call}")
                 .chars()
                 .take(300)
