@@ -260,7 +260,7 @@ fn prepare_skill_writes(
     // The backend inserts the chunk before this one meanwhile, and its inserts are the load's
     // longest serial path: leave it a core of its own.
     let configured = embedding::configured_encoder_threads();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = embedding::slots::machine_cores();
     let threads = configured.min(cores.saturating_sub(1)).max(1);
     match embedding::encoder_pool(threads, configured) {
         Some(pool) => pool.spawn(job),

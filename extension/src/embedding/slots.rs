@@ -20,11 +20,16 @@ use crate::guc;
 /// The advisory lock class of the slots ("pgsk"): `pg_locks.classid` of their locks.
 pub const SLOT_CLASS: u32 = 0x7067_736b;
 
+/// The cores this process may run on.
+pub fn machine_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Slots of the server: the setting, or with 0 the machine's cores.
 pub fn total_slots() -> usize {
     match guc::ENCODER_THREADS_TOTAL.get() {
         n if n > 0 => n as usize,
-        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        _ => machine_cores(),
     }
 }
 

@@ -137,6 +137,15 @@ static FIT_OPTIONS: std::sync::OnceLock<FitOptions> = std::sync::OnceLock::new()
 /// `--default-share`.
 static DEFAULT_SHARE: std::sync::OnceLock<f32> = std::sync::OnceLock::new();
 
+/// The share of BM25 a round that corrects nothing is read with: `--default-share`, else the
+/// extension's default.
+fn default_share() -> f32 {
+    DEFAULT_SHARE
+        .get()
+        .copied()
+        .unwrap_or(DEFAULT_BM25_SHARE as f32)
+}
+
 /// The fit options of this run: the defaults with the command line's overrides.
 fn fit_options() -> FitOptions {
     FIT_OPTIONS.get().cloned().unwrap_or_default()
@@ -1326,16 +1335,11 @@ fn skillsbench_multi(
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
         bm25_of.insert(id, bm25_normalised_texts(data, &texts));
     }
+    let default = default_share();
     for &share in &BM25_SHARES[1..] {
         let name = format!(
             "semantic, parts covered, r = q·k0 + {share}·BM25{}",
-            if neutral
-                && share
-                    == DEFAULT_SHARE
-                        .get()
-                        .copied()
-                        .unwrap_or(DEFAULT_BM25_SHARE as f32)
-            {
+            if neutral && share == default {
                 " (= KeyOpt as served: every round here corrects nothing)"
             } else {
                 ""
@@ -1346,16 +1350,19 @@ fn skillsbench_multi(
         });
     }
     // A diagnostic: each text's BM25 best added to the candidates.
-    let share = DEFAULT_SHARE
-        .get()
-        .copied()
-        .unwrap_or(DEFAULT_BM25_SHARE as f32);
     for lexical in [3, 5, 10] {
         let name = format!(
-            "semantic, parts covered, r = q·k0 + {share}·BM25, candidates + each text's BM25 top {lexical}"
+            "semantic, parts covered, r = q·k0 + {default}·BM25, candidates + each text's BM25 top {lexical}"
         );
         out += &multi::row_of(&all, &name, |t| {
-            multi::covered_mixed(&t.key, &t.parts, doc_keys, &bm25_of[&t.id], share, lexical)
+            multi::covered_mixed(
+                &t.key,
+                &t.parts,
+                doc_keys,
+                &bm25_of[&t.id],
+                default,
+                lexical,
+            )
         });
     }
     out
@@ -1399,10 +1406,7 @@ fn base_relevance(
         .collect();
     // What skills.fit() would choose per split (the same rule: `choose_share`): the fit, and
     // the share its round is read with.
-    let default_share = DEFAULT_SHARE
-        .get()
-        .copied()
-        .unwrap_or(DEFAULT_BM25_SHARE as f32);
+    let default_share = default_share();
     let chosen: Vec<(usize, f32)> = (0..splits.len())
         .map(|s| {
             let fits: Vec<Fitted> = fitted.iter().map(|per_w| per_w[s].0.clone()).collect();
