@@ -176,7 +176,7 @@ DECLARE
     last_ord bigint;
     chunk_written bigint;
     ahead boolean;
-    append_pages_before text;
+    bulk_before text;
 BEGIN
     IF to_regclass('pg_temp.skill_staging') IS NULL THEN
         RAISE EXCEPTION 'no staging table pg_temp.skill_staging in this session'
@@ -243,11 +243,11 @@ BEGIN
     -- writes below have them computed ahead on other threads (skills.prepare_skill_writes), and
     -- the trigger reads them from there. Not on Citus, where the triggers run on the workers.
     ahead := NOT skills.is_distributed('skills.skill');
-    -- And the bm25 index's append area grows eight times larger before it is merged into a
-    -- segment (fewer merges, each document rewritten fewer times), merged when the load ends.
+    -- And the bm25 index gathers the new documents and writes them as one segment when the
+    -- load ends (each document written once, not into the append area and again at merges).
     IF ahead THEN
-        append_pages_before := current_setting('pg_skills.bm25_load_append_pages');
-        PERFORM set_config('pg_skills.bm25_load_append_pages', '256', true);
+        bulk_before := current_setting('pg_skills.bm25_bulk_insert');
+        PERFORM set_config('pg_skills.bm25_bulk_insert', 'on', true);
     END IF;
     PERFORM skills.prepare_skill_writes(array_agg(fr.name), array_agg(fr.description), array_agg(fr.instructions))
     FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash)
@@ -287,7 +287,7 @@ BEGIN
         JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
         JOIN pg_catalog.pg_am AS a ON a.oid = c.relam
         WHERE i.indrelid = 'skills.skill'::regclass AND a.amname = 'bm25';
-        PERFORM set_config('pg_skills.bm25_load_append_pages', append_pages_before, true);
+        PERFORM set_config('pg_skills.bm25_bulk_insert', bulk_before, true);
     END IF;
 
     -- Places that now hold other content leave the skill that had them (skills written above

@@ -63,7 +63,7 @@ t1=$(date +%s.%N)
 # skills.apply_staging() (the row triggers and index inserts).
 grep -o "duration: [0-9.]* ms  [a-z0-9<> ]*: \(COPY skill_staging\|SELECT new_skills\)" "$D/server.log" \
   | awk '{ printf "  %s: %.1f s\n", ($NF == "skill_staging" ? "COPY into staging" : "apply_staging"), $2 / 1000 }'
-echo "bm25 index after the load: $(q "SELECT format('%s segments, %s documents in the append area', segments, append_documents) FROM skills.bm25_index_stats('skills.skill_bm25'::regclass)")"
+echo "bm25 index after the load: $(q "SELECT format('%s segments, %s documents in the append area, %s MB', segments, append_documents, round(pg_relation_size('skills.skill_bm25') / 1048576.0, 1)) FROM skills.bm25_index_stats('skills.skill_bm25'::regclass)")"
 # What the triggers derived, summed: equal across builds when a change kept every row's values.
 echo "derived: $(q "SELECT format('%s prompt tokens, %s flagged, categories %s', sum(token_count), count(*) FILTER (WHERE risk >= 'medium'), (SELECT string_agg(format('%s %s', category, n), ', ' ORDER BY category) FROM (SELECT category, count(*) AS n FROM skills.skill GROUP BY category) AS c)) FROM skills.skill")"
 loaded=$(q "SELECT count(*) FROM skills.skill")

@@ -90,12 +90,9 @@ pub static BM25_STEMMING: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Whether semantic and keyopt searches serve each part of a request of several parts.
 pub static COVER_REQUEST_PARTS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
-/// Append-area pages this session's inserts let a bm25 index's append area reach before one of
-/// them merges it (0, or anything below the index's `append_pages`: the index's own limit).
-pub static BM25_LOAD_APPEND_PAGES: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// The most pages `pg_skills.bm25_load_append_pages` allows (2 MB): queries read the whole append
-/// area, so this bounds what one session's load can add to every search until the area is merged.
-pub const BM25_LOAD_APPEND_PAGES_MAX: i32 = 256;
+/// Whether this session's inserts into bm25 indexes are gathered in memory and written as one
+/// segment when the session next needs the index whole (`bm25/bulk.rs`).
+pub static BM25_BULK_INSERT: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// Rows a bm25 index scan computes in its first batch (later batches grow 4×).
 pub static BM25_SCAN_BATCH: GucSetting<i32> = GucSetting::<i32>::new(10);
@@ -412,13 +409,11 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
-    GucRegistry::define_int_guc(
-        c"pg_skills.bm25_load_append_pages",
-        c"Append-area pages this session's inserts let a bm25 index's append area reach before merging it (0: the index's append_pages).",
-        c"A load raises it so that the area is merged into a segment less often, and segments merge eight of a size class at a time: skills.apply_staging sets the most, 256, and merges the area and the segments back when it ends. Queries read the whole area, so until then they read more. Never lower than the index's own append_pages.",
-        &BM25_LOAD_APPEND_PAGES,
-        0,
-        BM25_LOAD_APPEND_PAGES_MAX,
+    GucRegistry::define_bool_guc(
+        c"pg_skills.bm25_bulk_insert",
+        c"Whether this session's inserts into bm25 indexes are gathered and written as one segment.",
+        c"The new documents are held in memory, and in temporary files past maintenance_work_mem, and written into the index once: before this session next reads the index, runs a utility command other than transaction control, SET or SHOW, or starts a parallel plan, and at commit or PREPARE TRANSACTION. skills.apply_staging turns it on for a load.",
+        &BM25_BULK_INSERT,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -44,6 +44,7 @@ pub extern "C-unwind" fn _PG_init() {
     cancel::install();
     guc::init();
     bm25::options::register();
+    bm25::bulk::install_hooks();
     key::index::options::register();
     embedding::worker::register();
     keyopt::worker::register();

@@ -45,6 +45,31 @@ impl TempFileStore {
         }
     }
 
+    /// [`TempFileStore::new`] for data kept across statements until the transaction ends (a
+    /// session's bulk inserts): the file belongs to the transaction, not to the statement
+    /// running now, and lives in its memory.
+    pub fn for_transaction(page_size: usize) -> TempFileStore {
+        // SAFETY: both globals are restored before returning (BufFileCreateTemp raises only
+        // on failures that end the transaction anyway, whose abort resets both); the top
+        // transaction's memory and resource owner exist inside a transaction, where inserts run.
+        unsafe {
+            let owner = pg_sys::CurrentResourceOwner;
+            let context = pg_sys::MemoryContextSwitchTo(pg_sys::TopTransactionContext);
+            pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
+            let store = TempFileStore::new(page_size);
+            pg_sys::CurrentResourceOwner = owner;
+            pg_sys::MemoryContextSwitchTo(context);
+            store
+        }
+    }
+
+    /// Forgets the file without closing it: the transaction's end closes and removes it. For
+    /// abort processing, where a write the failed statement left half-done must not be
+    /// flushed.
+    pub fn abandon(self) {
+        std::mem::forget(self);
+    }
+
     fn seek(&self, blkno: BlockNumber) {
         // SAFETY: self.file is open (closed only in Drop); seeking to a block at or before
         // the end of the file is always allowed.

@@ -72,6 +72,45 @@ fn vacuum_until_index_holds_live_rows(client: &mut Client, seed: u64) {
     assert_eq!(stats.get::<_, i32>(1), 0);
 }
 
+type Errors = Arc<Mutex<Vec<String>>>;
+
+/// A thread that runs `vacuum` every `pause_ms` until `stop`, its failures into `errors`.
+fn vacuum_meanwhile(
+    cluster: &Cluster,
+    stop: &Arc<AtomicBool>,
+    errors: &Errors,
+    vacuum: &'static str,
+    pause_ms: u64,
+) -> std::thread::JoinHandle<()> {
+    let (dsn, stop, errors) = (cluster.dsn("postgres"), stop.clone(), errors.clone());
+    std::thread::spawn(move || {
+        let mut client = Client::connect(&dsn, NoTls).unwrap();
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = client.batch_execute(vacuum) {
+                errors.lock().unwrap().push(format!("vacuum: {e:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(pause_ms));
+        }
+    })
+}
+
+/// Lets `workers` run for `seconds`, stops and joins them, and fails on any error they met.
+fn stop_after(
+    seconds: u64,
+    stop: &AtomicBool,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    errors: &Errors,
+    seed: u64,
+) {
+    std::thread::sleep(Duration::from_secs(seconds));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let errors = errors.lock().unwrap();
+    assert!(errors.is_empty(), "seed {seed}: {errors:?}");
+}
+
 #[test]
 fn concurrent_writers_and_vacuum_then_index_equals_reference() {
     if skip() {
@@ -86,7 +125,7 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
     set_index_options(&mut admin, "append_pages = 2");
 
     let stop = Arc::new(AtomicBool::new(false));
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let errors: Errors = Arc::new(Mutex::new(Vec::new()));
     let mut workers = Vec::new();
     for w in 0..3u64 {
         let (dsn, stop, errors) = (cluster.dsn("postgres"), stop.clone(), errors.clone());
@@ -132,27 +171,164 @@ fn concurrent_writers_and_vacuum_then_index_equals_reference() {
             }
         }));
     }
-    {
+    workers.push(vacuum_meanwhile(
+        &cluster,
+        &stop,
+        &errors,
+        "VACUUM skills.skill",
+        300,
+    ));
+    stop_after(8, &stop, workers, &errors, seed);
+    vacuum_until_index_holds_live_rows(&mut admin, seed);
+    differential(&mut admin, &mut rng, 25, &format!("seed {seed}"));
+}
+
+/// Bulk inserts (`pg_skills.bm25_bulk_insert`) from writers whose transactions commit, roll
+/// back, and roll back to savepoints, with searches inside them and VACUUM running meanwhile:
+/// every committed row is found, no rolled-back row is, and after VACUUM the index equals the
+/// reference. The gathered documents of a subtransaction that rolled back must never reach
+/// the index: VACUUM may have reused their rows' TIDs for other rows by then.
+#[test]
+fn bulk_writers_with_savepoints_and_vacuum_then_index_equals_reference() {
+    if skip() {
+        return;
+    }
+    let seed = seed("bulk_writers");
+    let cluster = Cluster::start("bulk", 54378);
+    let mut admin = cluster.client();
+    setup_extension(&mut admin);
+    let mut rng = Rng(seed);
+    insert_random(&mut admin, &mut rng, 200, "base");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors: Errors = Arc::new(Mutex::new(Vec::new()));
+    // Tokens of rows whose transaction committed, and of rows rolled back.
+    let kept = Arc::new(Mutex::new(Vec::<(i64, String)>::new()));
+    let gone = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut workers = Vec::new();
+    for w in 0..2u64 {
         let (dsn, stop, errors) = (cluster.dsn("postgres"), stop.clone(), errors.clone());
+        let (kept, gone) = (kept.clone(), gone.clone());
         workers.push(std::thread::spawn(move || {
             let mut client = Client::connect(&dsn, NoTls).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                if let Err(e) = client.batch_execute("VACUUM skills.skill") {
-                    errors.lock().unwrap().push(format!("vacuum: {e:?}"));
+            let mut rng = Rng(seed ^ (w + 1) * 0x5151_7373);
+            let mut n = 0u64;
+            let mut run = || -> Result<(), postgres::Error> {
+                let mut tx = client.transaction()?;
+                tx.batch_execute("SET LOCAL pg_skills.bm25_bulk_insert = on")?;
+                if rng.below(2) == 0 {
+                    // Small enough that the gathered documents spill to a temporary file.
+                    tx.batch_execute("SET LOCAL maintenance_work_mem = '1MB'")?;
                 }
-                std::thread::sleep(Duration::from_millis(300));
+                let (mut mine, mut rolled_back) = (Vec::new(), Vec::new());
+                for _ in 0..1 + rng.below(4) {
+                    let savepoint = rng.below(3) == 0;
+                    if savepoint {
+                        tx.batch_execute("SAVEPOINT s")?;
+                    }
+                    let mut batch = Vec::new();
+                    for _ in 0..1 + rng.below(40) {
+                        n += 1;
+                        let token = format!("bulktoken{w}x{n}");
+                        let id: i64 = tx
+                            .query_one(
+                                "INSERT INTO skills.skill (name, description, instructions) VALUES ($1, $2, $3) RETURNING id",
+                                &[&format!("b{w}-{n}"), &rng.words(2, 10), &format!("{} {token}", rng.words(0, 80))],
+                            )?
+                            .get(0);
+                        batch.push((id, token));
+                    }
+                    if rng.below(3) == 0 {
+                        // A search inside the transaction finds its own rows.
+                        let (id, token) = batch.last().unwrap().clone();
+                        let hit: Option<i64> = tx
+                            .query_opt("SELECT id FROM skills.search($1, k => 1, method => 'bm25')", &[&token])?
+                            .map(|r| r.get(0));
+                        assert_eq!(hit, Some(id), "seed {seed}: {token} inside its transaction");
+                    }
+                    if savepoint && rng.below(2) == 0 {
+                        tx.batch_execute("ROLLBACK TO SAVEPOINT s")?;
+                        rolled_back.extend(batch.into_iter().map(|(_, t)| t));
+                    } else {
+                        mine.extend(batch);
+                    }
+                }
+                if rng.below(4) == 0 {
+                    tx.rollback()?;
+                    rolled_back.extend(mine.into_iter().map(|(_, t)| t));
+                } else {
+                    tx.commit()?;
+                    kept.lock().unwrap().extend(mine);
+                }
+                gone.lock().unwrap().extend(rolled_back);
+                Ok(())
+            };
+            while !stop.load(Ordering::Relaxed) {
+                if let Err(e) = run() {
+                    errors.lock().unwrap().push(format!("writer {w}: {e:?}"));
+                }
             }
         }));
     }
-    std::thread::sleep(Duration::from_secs(8));
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
+    workers.push(vacuum_meanwhile(
+        &cluster,
+        &stop,
+        &errors,
+        "VACUUM (INDEX_CLEANUP ON) skills.skill",
+        200,
+    ));
+    stop_after(8, &stop, workers, &errors, seed);
+    let (kept, gone) = (kept.lock().unwrap(), gone.lock().unwrap());
+    assert!(
+        kept.len() > 50 && !gone.is_empty(),
+        "seed {seed}: {} kept, {} rolled back",
+        kept.len(),
+        gone.len()
+    );
+    // A search for many tokens at once (any term matches) finds exactly the committed rows
+    // that hold them: none of the rolled-back ones, whose TIDs other rows may hold by now.
+    for chunk in kept.chunks(400) {
+        let query: Vec<&str> = chunk.iter().map(|(_, t)| t.as_str()).collect();
+        let mut found: Vec<i64> = search(&mut admin, &query.join(" "), None)
+            .iter()
+            .map(|h| h.0)
+            .collect();
+        let mut want: Vec<i64> = chunk.iter().map(|(id, _)| *id).collect();
+        found.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(found, want, "seed {seed}: committed rows");
     }
-    let errors = errors.lock().unwrap();
-    assert!(errors.is_empty(), "seed {seed}: {errors:?}");
+    for chunk in gone.chunks(400) {
+        let hits = search(&mut admin, &chunk.join(" "), None);
+        assert!(
+            hits.is_empty(),
+            "seed {seed}: rolled-back rows' tokens found in rows {hits:?}"
+        );
+    }
     vacuum_until_index_holds_live_rows(&mut admin, seed);
-    differential(&mut admin, &mut rng, 25, &format!("seed {seed}"));
+    differential(&mut admin, &mut rng, 20, &format!("seed {seed} bulk"));
+
+    // A parallel plan in the transaction that gathered documents: its workers read the
+    // index's statistics themselves, so the documents are written before they start.
+    let mut tx = admin.transaction().unwrap();
+    tx.batch_execute(
+        "SET LOCAL pg_skills.bm25_bulk_insert = on; \
+         INSERT INTO skills.skill (name, description, instructions) \
+         SELECT 'par-' || g, 'parallel check', 'zqxparallelword ' || g FROM generate_series(1, 30) g; \
+         SET LOCAL force_parallel_mode = on; SET LOCAL parallel_setup_cost = 0; \
+         SET LOCAL parallel_tuple_cost = 0; SET LOCAL enable_indexscan = off",
+    )
+    .unwrap();
+    let matched: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM skills.skill \
+             WHERE ARRAY[name, description, instructions] OPERATOR(skills.<&>) skills.bm25query('zqxparallelword', 'skills.skill_bm25'::regclass) < 0",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(matched, 30, "seed {seed}: rows scored in parallel workers");
+    tx.rollback().unwrap();
 }
 
 #[test]

@@ -103,6 +103,8 @@ pub unsafe extern "C-unwind" fn ambuild(
     );
     let options = options::of_relation(index);
     initialize(&store, options);
+    // A rebuild indexes every row this session gathered for the index's old file itself.
+    super::bulk::discard((*index).rd_id);
 
     let memory_limit = (pg_sys::maintenance_work_mem as usize).saturating_mul(1024);
     let mut state = BuildState {

@@ -1,5 +1,6 @@
 //! INSERT and UPDATE: the new row goes to the append area; the insert that finds the area past
-//! its limit merges it into a segment, unless another merge or a VACUUM is running.
+//! its limit merges it into a segment, unless another merge or a VACUUM is running. A session
+//! with `pg_skills.bm25_bulk_insert` on gathers its rows instead (`bulk.rs`).
 //!
 //! An insert follows append pages that a merge frees once it has published its segment (the
 //! metapage it read may name a chain that is gone by the time it locks the page), so it holds
@@ -9,7 +10,7 @@
 use pgrx::pg_sys;
 
 use pg_skills_kernels::bm25index::append;
-use pg_skills_kernels::bm25index::maintenance::{flush_append, flush_append_in_load};
+use pg_skills_kernels::bm25index::maintenance::flush_append;
 use pg_skills_kernels::bm25index::Tid;
 
 use super::{analyze_datum, checked_meta, reading, IndexLocks, MAINTENANCE_LOCK};
@@ -18,45 +19,36 @@ use crate::storage::{BufferStore, Mode, OrRaise};
 crate::am::aminsert!(insert_document);
 
 unsafe fn insert_document(index: pg_sys::Relation, value: pg_sys::Datum, tid: Tid) {
+    if super::bulk::enabled() {
+        return super::bulk::insert(index, value, tid);
+    }
     let store = BufferStore::new(index, Mode::Logged);
     let meta = checked_meta(&store, index);
     let doc = analyze_datum(&meta.options, value);
-    let load_pages = crate::guc::BM25_LOAD_APPEND_PAGES.get().max(0) as u32;
-    if reading(index, &store, || {
-        append::insert_up_to(&store, tid, &doc, load_pages)
-    })
-    .or_raise(index)
-    {
-        // A session loading (a larger append area) merges segments the load's way; the load's
-        // end (`skills.bm25_merge_append`) brings them back to the usual few.
-        merge_unless_merging(index, &store, load_pages > 0);
+    if reading(index, &store, || append::insert(&store, tid, &doc)).or_raise(index) {
+        merge_unless_merging(index, &store);
     }
 }
 
 /// Merges the append area into a segment unless another merge or a VACUUM is running (which
 /// then takes care of it: never wait on the insert path). False when it did not merge, or the
-/// area was empty. `in_load`: segments merge as in a bulk load ([`flush_append_in_load`]).
-fn merge_unless_merging(index: pg_sys::Relation, store: &BufferStore, in_load: bool) -> bool {
+/// area was empty.
+fn merge_unless_merging(index: pg_sys::Relation, store: &BufferStore) -> bool {
     let locks = IndexLocks(index);
     if !locks.try_lock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock) {
         return false;
     }
-    let flush = if in_load {
-        flush_append_in_load
-    } else {
-        flush_append
-    };
-    let merged = flush(store, &locks).or_raise(index);
+    let merged = flush_append(store, &locks).or_raise(index);
     locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
     merged
 }
 
-/// Merges the append area of a bm25 index into a segment now, as the insert that finds the area
-/// full (or VACUUM) would, and merges segments until their sizes are a binary counter again (a
-/// load's inserts merge them in larger groups). Returns false when the area was empty or another
-/// merge or VACUUM is running (which then merges it). Needs INSERT on the indexed table.
-/// `skills.apply_staging` calls it when a load that raised `pg_skills.bm25_load_append_pages`
-/// ends, so that searches read a small area and few segments again.
+/// Writes the documents this session's bulk inserts gathered for a bm25 index
+/// (`pg_skills.bm25_bulk_insert`), then merges its append area into a segment now, as the
+/// insert that finds the area full (or VACUUM) would, and merges segments until their sizes are
+/// a binary counter again. Returns false when the area was empty or another merge or VACUUM is
+/// running (which then merges it). Needs INSERT on the indexed table. `skills.apply_staging`
+/// calls it when a load ends.
 #[pgrx::pg_extern(volatile, parallel_unsafe)]
 pub(crate) fn bm25_merge_append(index: pg_sys::Oid) -> bool {
     use crate::am::{open_index_for, IndexUse};
@@ -78,7 +70,8 @@ pub(crate) fn bm25_merge_append(index: pg_sys::Oid) -> bool {
     unsafe {
         let store = BufferStore::new(rel, Mode::Logged);
         checked_meta(&store, rel);
-        let merged = merge_unless_merging(rel, &store, false);
+        super::bulk::flush(rel);
+        let merged = merge_unless_merging(rel, &store);
         pg_sys::relation_close(rel, IndexUse::Write.lock());
         merged
     }

@@ -25,6 +25,7 @@ use pg_skills_kernels::text::{Analyzer, AnalyzerConfig};
 use crate::errors::raise;
 
 mod build;
+pub(crate) mod bulk;
 mod cost;
 pub(crate) mod insert;
 pub mod operator;
@@ -70,6 +71,9 @@ pub fn reading<R>(
     store: &crate::storage::BufferStore,
     f: impl FnOnce() -> R,
 ) -> R {
+    // This session's gathered inserts first, so that it reads what it wrote.
+    // SAFETY: `index` is an open bm25 index.
+    unsafe { bulk::flush(index) };
     if unsafe { pg_sys::RecoveryInProgress() } {
         let _meta = store.read(META_BLOCK);
         f()

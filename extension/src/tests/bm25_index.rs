@@ -142,7 +142,12 @@ mod tests {
         without_index();
         let mut rng = Rng(11);
         random_skills(&mut rng, 200);
-        exec("UPDATE skills.skill SET category = CASE WHEN id % 10 = 0 THEN 'data_ml'::skills.category ELSE 'testing' END");
+        // Every tenth row by position, not by id: ids depend on what earlier tests took from
+        // the sequence (a rollback does not return them).
+        exec(
+            "UPDATE skills.skill AS s SET category = CASE WHEN n.r % 10 = 0 THEN 'data_ml'::skills.category ELSE 'testing' END \
+             FROM (SELECT id, row_number() OVER (ORDER BY id) AS r FROM skills.skill) AS n WHERE n.id = s.id",
+        );
         create_index("");
         let query = "'rust test python docker', categories => '{data_ml}', k => 15";
         let hits = search(query);
@@ -589,14 +594,12 @@ mod tests {
         })
     }
 
-    /// A session's inserts let the append area grow to pg_skills.bm25_load_append_pages before
-    /// merging it, and skills.bm25_merge_append merges it on demand; searches agree with the
-    /// references before and after.
+    /// skills.bm25_merge_append merges an append area on demand, before it reaches the index's
+    /// limit; searches agree with the references before and after.
     #[pg_test]
-    fn a_raised_append_limit_grows_the_area_and_a_merge_empties_it() {
+    fn a_merge_on_demand_empties_the_append_area() {
         without_index();
-        create_index("WITH (append_pages = 2)");
-        exec("SET LOCAL pg_skills.bm25_load_append_pages = 40");
+        create_index("WITH (append_pages = 40)");
         let mut rng = Rng(20261205);
         random_skills(&mut rng, 120);
         let (pages, documents, _) = append_area();
@@ -617,26 +620,133 @@ mod tests {
             "SELECT skills.bm25_merge_append('skills.skill_bm25'::regclass)"
         ));
         check_index_against_references(&mut rng, 8, true);
-        // Below the index's own limit the setting changes nothing.
-        exec("SET LOCAL pg_skills.bm25_load_append_pages = 1");
-        random_skills(&mut rng, 60);
-        assert!(append_area().0 <= 2);
     }
 
-    /// A load grows the append area past the index's limit and leaves it merged, with the
-    /// session's setting as it was.
+    /// 500 rows whose documents hold a hundred distinct terms each.
+    const SPILLING_ROWS: &str = "SELECT 'spill-' || g, 'spilled rows', \
+        (SELECT string_agg(md5(g || '-' || i), ' ') FROM generate_series(1, 100) AS i) \
+        FROM generate_series(1, 500) AS g";
+
+    /// Files in the temporary directory now (this session's spills; nothing else runs).
+    fn temporary_files() -> i64 {
+        one("SELECT count(*) FROM pg_ls_tmpdir()")
+    }
+
+    /// The live rows' documents the index holds (segments and append area).
+    fn indexed_documents() -> i64 {
+        one("SELECT segment_documents + append_documents FROM skills.bm25_index_stats('skills.skill_bm25'::regclass)")
+    }
+
+    /// Bulk inserts are gathered and written as a segment when the session next reads the
+    /// index: its searches see them, agreeing with the references, and none went through the
+    /// append area. Past maintenance_work_mem they go through a temporary file first.
     #[pg_test]
-    fn a_load_leaves_the_append_area_merged() {
+    fn bulk_inserts_are_read_back_by_the_same_transaction() {
+        without_index();
+        create_index("");
+        let before = indexed_documents();
+        exec("SET LOCAL pg_skills.bm25_bulk_insert = on");
+        let mut rng = Rng(20261207);
+        random_skills(&mut rng, 150);
+        check_index_against_references(&mut rng, 8, true);
+        let (_, append_documents, _) = append_area();
+        assert_eq!(append_documents, 0);
+        assert_eq!(indexed_documents(), before + 150);
+        // Spilled: 1 MB holds the postings of about a hundred of these documents (a hundred
+        // new terms each), and the temporary file lives until the session reads the index.
+        exec("SET LOCAL maintenance_work_mem = '1MB'");
+        exec(&format!(
+            "INSERT INTO skills.skill (name, description, instructions) {SPILLING_ROWS}"
+        ));
+        assert!(temporary_files() > 0, "the documents spilled");
+        check_index_against_references(&mut rng, 8, true);
+        assert_eq!(temporary_files(), 0, "written into the index");
+        assert_eq!(indexed_documents(), before + 650);
+        assert_eq!(append_area().1, 0);
+        let seventh: i64 = one("SELECT id FROM skills.skill WHERE name = 'spill-7'");
+        let hits = search("md5('7-3') || ' ' || md5('7-4')");
+        assert_eq!(hits.first().map(|h| h.0), Some(seventh), "{hits:?}");
+    }
+
+    /// The rows of a subtransaction that rolled back are left out of what bulk inserts write
+    /// (by then VACUUM may have given their TIDs to other rows), whether the documents were
+    /// still in memory or spilled, and the rows around it are written.
+    #[pg_test]
+    fn a_rolled_back_subtransaction_leaves_its_bulk_documents_out() {
+        without_index();
+        create_index("");
+        exec("SET LOCAL pg_skills.bm25_bulk_insert = on");
+        let mut rng = Rng(11);
+        for memory in ["64MB", "1MB"] {
+            exec(&format!("SET LOCAL maintenance_work_mem = '{memory}'"));
+            random_skills(&mut rng, 40);
+            exec(&format!(
+                "DO $$ BEGIN
+                   INSERT INTO skills.skill (name, description, instructions)
+                   SELECT 'gone-' || name, description, 'zqxgoneword ' || instructions
+                   FROM ({SPILLING_ROWS}) AS rows (name, description, instructions);
+                   RAISE EXCEPTION 'roll back';
+                 EXCEPTION WHEN raise_exception THEN NULL;
+                 END $$"
+            ));
+            assert_eq!(
+                temporary_files() > 0,
+                memory == "1MB",
+                "spilled at {memory}"
+            );
+            random_skills(&mut rng, 40);
+            let live: i64 = one("SELECT count(*) FROM skills.skill");
+            assert_eq!(indexed_documents(), live, "maintenance_work_mem {memory}");
+            assert!(search("'zqxgoneword'").is_empty());
+            check_index_against_references(&mut rng, 6, true);
+        }
+    }
+
+    /// An ERROR while gathered documents were being written loses them: a subtransaction that
+    /// caught it cannot let the transaction go on inserting (or commit) without them.
+    #[pg_test(
+        error = "documents this transaction inserted into a bm25 index were lost by an earlier error"
+    )]
+    fn a_lost_spill_stops_the_transaction() {
+        exec("SET LOCAL pg_skills.bm25_bulk_insert = on");
+        exec("SET LOCAL maintenance_work_mem = '1MB'");
+        exec("SET LOCAL temp_file_limit = 0");
+        exec(&format!(
+            "DO $$ BEGIN
+               INSERT INTO skills.skill (name, description, instructions) {SPILLING_ROWS};
+             EXCEPTION WHEN configuration_limit_exceeded THEN NULL;
+             END $$"
+        ));
+        insert("after", "the lost spill", "one more row");
+    }
+
+    /// A load gathers its documents and leaves them written, the append area untouched, with
+    /// the session's setting as it was.
+    #[pg_test]
+    fn a_load_writes_its_documents_without_the_append_area() {
         let mut rng = Rng(7);
         let rows: Vec<(String, String, String)> = (0..300)
             .map(|i| (format!("load-{i}"), rng.words(40, 200), format!("r:{i}")))
             .collect();
+        let (_, appended_before, segments_before) = append_area();
         stage(&rows);
         assert_eq!(apply(), (300, 0, 0, 0));
-        assert_eq!(append_area().1, 0, "the load's append area is merged");
+        let (_, appended, segments) = append_area();
+        assert!(
+            appended <= appended_before,
+            "{appended} appended, {appended_before} before"
+        );
+        assert!(
+            segments <= segments_before + 1,
+            "{segments} segments, {segments_before} before"
+        );
         assert_eq!(
-            one::<String>("SELECT current_setting('pg_skills.bm25_load_append_pages')"),
-            "0"
+            indexed_documents(),
+            one::<i64>("SELECT count(*) FROM skills.skill")
+        );
+        assert_eq!(
+            one::<String>("SELECT current_setting('pg_skills.bm25_bulk_insert')"),
+            "off"
         );
         check_index_against_references(&mut rng, 8, true);
     }

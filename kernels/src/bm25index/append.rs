@@ -146,18 +146,7 @@ pub fn meta_of(page: &[u8]) -> Result<Meta, Corrupt> {
 /// The caller keeps merges from freeing pages meanwhile (a reader of the chain; see
 /// `maintenance`): the metapage read here may name a chain a merge is freezing.
 pub fn insert<S: PageWrite>(store: &S, tid: Tid, doc: &AnalyzedDoc) -> Result<bool, Corrupt> {
-    insert_up_to(store, tid, doc, 0)
-}
-
-/// [`insert`], with the limit raised to `pages` where that is above the index's own (a bulk
-/// load merges the area less often).
-pub fn insert_up_to<S: PageWrite>(
-    store: &S,
-    tid: Tid,
-    doc: &AnalyzedDoc,
-    pages: u32,
-) -> Result<bool, Corrupt> {
-    let past_limit = |m: &Meta| m.append_pages >= m.options.append_pages.max(pages);
+    let past_limit = |m: &Meta| m.append_pages >= m.options.append_pages;
     let page_size = store.page_size();
     let parts = encode_parts(tid, doc, page_size);
     let mut frozen_head = None;

@@ -62,7 +62,7 @@ pub fn initialize<S: PageWrite>(store: &S, options: super::format::IndexOptions)
     .expect("a metapage just written reads back");
 }
 
-/// Publishes a segment (CREATE INDEX's, or tests' built in memory), then rebalances so that
+/// Publishes a segment (CREATE INDEX's, bulk inserts', or tests' built in memory), then rebalances so that
 /// segments stay a logarithmic number.
 pub fn add_segment<S: PageWrite>(
     store: &S,
@@ -113,7 +113,7 @@ pub fn merge_segments<S: PageWrite>(
         .collect::<Result<_, _>>()?;
     // Read (and checked) before anything is written, so a damaged input stops the merge early.
     let old_pages = owned_pages(&readers)?;
-    let merged = write_merged(store, &readers, meta.options.term_scoring(), store)?;
+    let merged = write_merged(store, &readers, meta.options.term_scoring(), None, store)?;
 
     ex.lock_readers_out();
     let published = write_meta(store, |m| {
@@ -145,19 +145,29 @@ pub fn merge_segments<S: PageWrite>(
 
 /// Writes one segment into `dest` holding the live documents of `readers` (segments of
 /// `source`, in order) and every term's postings, renumbered; returns its description.
+/// `keep`, when given, says for each document of the inputs in order (the first segment's,
+/// then the next one's...) whether it is written at all.
 fn write_merged<R: PageRead, W: PageWrite>(
     source: &R,
     readers: &[SegmentReader<R>],
     scoring: TermScoring,
+    keep: Option<&[bool]>,
     dest: &W,
 ) -> Result<SegmentDesc, Corrupt> {
+    let total: u64 = readers.iter().map(|r| r.desc.num_docs as u64).sum();
+    if keep.is_some_and(|k| k.len() as u64 != total) {
+        return corrupt("the documents to keep do not match the segments merged");
+    }
     // New ids: live documents of each input in order.
     let mut docs = Vec::new();
     let mut remap: Vec<Vec<u32>> = Vec::with_capacity(readers.len());
+    let mut position = 0usize;
     for r in readers {
         let mut map = vec![END; r.desc.num_docs as usize];
+        let first = position;
+        position += r.desc.num_docs as usize;
         r.for_each_doc(|id, e| {
-            if !e.deleted {
+            if !e.deleted && keep.is_none_or(|k| k[first + id as usize]) {
                 map[id as usize] = docs.len() as u32;
                 docs.push(DocRow {
                     tid: e.tid,
@@ -217,13 +227,35 @@ pub fn add_merged_segment<R: PageRead, W: PageWrite>(
     spilled: &[SegmentDesc],
     ex: &dyn Exclusion,
 ) -> Result<(), Corrupt> {
+    add_merged_segment_inner(store, scratch, spilled, None, ex)
+}
+
+/// [`add_merged_segment`] of the documents `keep` names (one flag per document of `spilled`,
+/// in order): a session's bulk inserts, some of whose rows died with a subtransaction.
+pub fn add_merged_segment_keeping<R: PageRead, W: PageWrite>(
+    store: &W,
+    scratch: &R,
+    spilled: &[SegmentDesc],
+    keep: &[bool],
+    ex: &dyn Exclusion,
+) -> Result<(), Corrupt> {
+    add_merged_segment_inner(store, scratch, spilled, Some(keep), ex)
+}
+
+fn add_merged_segment_inner<R: PageRead, W: PageWrite>(
+    store: &W,
+    scratch: &R,
+    spilled: &[SegmentDesc],
+    keep: Option<&[bool]>,
+    ex: &dyn Exclusion,
+) -> Result<(), Corrupt> {
     let readers: Vec<SegmentReader<R>> = spilled
         .iter()
         .map(|d| SegmentReader::open(scratch, *d))
         .collect::<Result<_, _>>()?;
     owned_pages(&readers)?;
     let scoring = read_meta(store)?.options.term_scoring();
-    let merged = write_merged(scratch, &readers, scoring, store)?;
+    let merged = write_merged(scratch, &readers, scoring, keep, store)?;
     if merged.num_docs == 0 {
         return store.free(&SegmentReader::open(store, merged)?.pages()?);
     }
@@ -238,31 +270,9 @@ pub fn start_scratch<W: PageWrite>(scratch: &W) {
     }
 }
 
-/// How many segments of one size class a merge takes in a bulk load ([`flush_append_in_load`]).
-pub const LOAD_FAN_IN: usize = 8;
-
 /// Turns the append area into a segment, then keeps segment sizes a binary counter
 /// ([`merge_by_size`], also when the area is empty). Returns false when the area was empty.
 pub fn flush_append<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
-    flush_append_with(store, ex, merge_by_size)
-}
-
-/// [`flush_append`] for a bulk load: segments merge [`LOAD_FAN_IN`] of one size class at a time,
-/// so each document is rewritten about log₈ instead of log₂ of the number of flushes times, and
-/// there are a few more segments meanwhile. A plain [`flush_append`] at the load's end brings
-/// them back to the binary counter's few.
-pub fn flush_append_in_load<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<bool, Corrupt> {
-    flush_append_with(store, ex, |store, ex| {
-        merge_by_class(store, ex, LOAD_FAN_IN)
-    })
-}
-
-/// The flush, then `rebalance` (a merge policy) over the segments.
-fn flush_append_with<S: PageWrite>(
-    store: &S,
-    ex: &dyn Exclusion,
-    rebalance: impl Fn(&S, &dyn Exclusion) -> Result<(), Corrupt>,
-) -> Result<bool, Corrupt> {
     let meta = read_meta(store)?;
     let frozen = if meta.frozen_head != NO_BLOCK {
         // A previous merge stopped half-way (an error or a crash): finish it.
@@ -271,8 +281,8 @@ fn flush_append_with<S: PageWrite>(
         let head = check_block(store, meta.append_head, FIRST_DATA_BLOCK, "the append area")?;
         let header = PageHeader::read(&store.read(head), PageKind::Append).in_block(head)?;
         if header.count == 0 && header.next == NO_BLOCK {
-            // Nothing to flush; the segments may still be out of shape (a load's end).
-            rebalance(store, ex)?;
+            // Nothing to flush; the segments may still be out of shape (after bulk inserts).
+            merge_by_size(store, ex)?;
             return Ok(false);
         }
         freeze_append(store)?
@@ -302,7 +312,7 @@ fn flush_append_with<S: PageWrite>(
     .and_then(|_| store.free(&old_pages));
     ex.let_readers_in();
     published?;
-    rebalance(store, ex)?;
+    merge_by_size(store, ex)?;
     Ok(true)
 }
 
@@ -354,34 +364,14 @@ fn merge_while<S: PageWrite>(
 
 /// Keeps the number of segments logarithmic: while a segment is at least half the size of the
 /// one before it, the two are merged, the newest such pair first (a binary counter over segment
-/// sizes). Inserts only ever break that at the newest pair; a load's size classes
-/// ([`flush_append_in_load`]) and VACUUM's rewrites can break it anywhere.
+/// sizes). Inserts only ever break that at the newest pair; bulk inserts' segments and VACUUM's
+/// rewrites can break it anywhere.
 fn merge_by_size<S: PageWrite>(store: &S, ex: &dyn Exclusion) -> Result<(), Corrupt> {
     merge_while(store, ex, |sizes| {
         (0..sizes.len().saturating_sub(1))
             .rev()
             .find(|&i| sizes[i + 1] * 2 >= sizes[i])
             .map(|i| vec![i, i + 1])
-    })
-}
-
-/// Merges the newest segments while at least `fan_in` of them in a row share the newest one's
-/// size class (⌊log_fan_in(documents)⌋): the tiers of a size-tiered merge policy. Segments are
-/// older and larger first, so a merge's result joins the class above.
-fn merge_by_class<S: PageWrite>(
-    store: &S,
-    ex: &dyn Exclusion,
-    fan_in: usize,
-) -> Result<(), Corrupt> {
-    let class = |docs: u64| docs.max(1).ilog(fan_in as u64);
-    merge_while(store, ex, |sizes| {
-        let newest = class(*sizes.last()?);
-        let run = sizes
-            .iter()
-            .rev()
-            .take_while(|&&s| class(s) == newest)
-            .count();
-        (run >= fan_in).then(|| (sizes.len() - run..sizes.len()).collect())
     })
 }
 
