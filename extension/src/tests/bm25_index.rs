@@ -702,6 +702,31 @@ mod tests {
         }
     }
 
+    /// A utility command writes the gathered documents first: a REINDEX in a subtransaction
+    /// that rolls back leaves the index's old file in place, which must hold the rows the
+    /// transaction inserted before it (the rebuild would have dropped them as its own).
+    #[pg_test]
+    fn a_reindex_rolled_back_keeps_the_gathered_documents() {
+        exec("SET LOCAL pg_skills.bm25_bulk_insert = on");
+        exec(
+            "DO $$ BEGIN
+               INSERT INTO skills.skill (name, description, instructions)
+               SELECT 'kept-' || g, 'rows before the reindex', 'zqxkeptword ' || g
+               FROM generate_series(1, 30) AS g;
+               BEGIN
+                 REINDEX INDEX skills.skill_bm25;
+                 RAISE EXCEPTION 'roll back the reindex';
+               EXCEPTION WHEN raise_exception THEN NULL;
+               END;
+             END $$",
+        );
+        assert_eq!(search("'zqxkeptword', k => 100").len(), 30);
+        assert_eq!(
+            indexed_documents(),
+            one::<i64>("SELECT count(*) FROM skills.skill")
+        );
+    }
+
     /// An ERROR while gathered documents were being written loses them: a subtransaction that
     /// caught it cannot let the transaction go on inserting (or commit) without them.
     #[pg_test(
