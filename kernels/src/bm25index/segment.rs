@@ -4,7 +4,6 @@
 //! Segments are written once — by CREATE INDEX, by merging the append area, or by merging
 //! segments — and published by one metapage write; VACUUM only sets tombstones in place.
 
-use std::collections::HashMap;
 
 use super::codec::{
     decode_block, encode_block, BlockHeader, DecodedBlock, BLOCK_LEN, MAX_BLOCK_SIZE,
@@ -292,7 +291,7 @@ impl<'s, S: PageWrite> SegmentWriter<'s, S> {
 pub struct SegmentBuilder {
     scoring: TermScoring,
     docs: Vec<DocRow>,
-    terms: HashMap<String, (Vec<u32>, Vec<FieldCounts>)>,
+    terms: rustc_hash::FxHashMap<String, (Vec<u32>, Vec<FieldCounts>)>,
     memory: usize,
 }
 
@@ -301,7 +300,7 @@ impl SegmentBuilder {
         SegmentBuilder {
             scoring,
             docs: Vec::new(),
-            terms: HashMap::new(),
+            terms: Default::default(),
             memory: 0,
         }
     }
