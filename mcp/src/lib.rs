@@ -9,8 +9,10 @@
 //!   error classification.
 //! - [`tools`]: arguments, validation, SQL and results of each tool.
 //! - [`server`]: `tools/list` and `tools/call` over rmcp.
+//! - [`framing`]: the stdio lines, with a parse error for a line that is not JSON.
 
 pub mod db;
+pub mod framing;
 pub mod server;
 pub mod tools;
 

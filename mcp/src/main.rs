@@ -70,14 +70,19 @@ async fn main() -> ExitCode {
         env!("CARGO_PKG_VERSION"),
         db.target()
     );
-    let service = match SkillsServer::new(db).serve(rmcp::transport::stdio()).await {
+    let stdio = skills_mcp::framing::guard(tokio::io::stdin(), tokio::io::stdout());
+    let transport = (stdio.service_input, stdio.service_output);
+    let service = match SkillsServer::new(db).serve(transport).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("skills-mcp: the client did not complete the MCP handshake: {e}");
             return ExitCode::from(1);
         }
     };
-    match service.waiting().await {
+    let ended = service.waiting().await;
+    // The last lines out (the service has closed its side, so this ends).
+    let _ = tokio::time::timeout(Duration::from_secs(5), stdio.writer).await;
+    match ended {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("skills-mcp: {e}");

@@ -485,6 +485,32 @@ fn an_unreachable_or_slow_database_gives_a_clear_error_not_a_hang() {
     assert_eq!(mcp.ok("get_skill", json!({"id": 1}))["id"], 1);
 }
 
+/// A line that is not JSON gets a JSON-RPC parse error (-32700, id null), before and after the
+/// handshake, and the server goes on serving. Before, rmcp dropped such a line without a word.
+#[test]
+fn a_line_that_is_not_json_gets_a_parse_error() {
+    // No database is needed for the protocol itself.
+    let mut mcp = Mcp::start(
+        "host=127.0.0.1 port=54389 user=postgres dbname=postgres",
+        &["--connect-timeout", "1"],
+    );
+    for junk in [
+        &b"this is not json"[..],
+        b"{\"jsonrpc\": \"2.0\", \"id\": 7,",
+        b"\xff\xfe",
+    ] {
+        mcp.send_raw(junk);
+        let reply = mcp.next_message();
+        assert_eq!(reply["error"]["code"], -32700, "{reply}");
+        assert_eq!(reply["id"], Value::Null, "{reply}");
+    }
+    mcp.initialize();
+    mcp.send_raw(b"still not json");
+    assert_eq!(mcp.next_message()["error"]["code"], -32700);
+    let listed = mcp.request("tools/list", json!({}));
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 4);
+}
+
 #[test]
 fn concurrent_calls_each_get_their_own_answer() {
     if skip_without_model() {

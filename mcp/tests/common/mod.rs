@@ -63,6 +63,23 @@ impl Mcp {
         self.stdin.flush().unwrap();
     }
 
+    /// Sends `text` and a newline as they are (not necessarily JSON).
+    pub fn send_raw(&mut self, text: &[u8]) {
+        self.stdin.write_all(text).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next message the server writes, whatever its id.
+    pub fn next_message(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a message within 30 s");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carries only JSON-RPC ({e}): {line}"))
+    }
+
     /// Sends a request and returns its id without waiting for the answer.
     pub fn send_request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
