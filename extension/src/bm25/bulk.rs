@@ -16,7 +16,7 @@
 //!
 //! A top-level abort drops them. A subtransaction's abort marks the documents it added as
 //! dead: their rows are dead, and VACUUM may already have reused those rows' TIDs by the time
-//! they would be written, so they are left out then ([`Dead`]).
+//! they would be written, so they are left out then ([`State::dead`]).
 
 use std::cell::RefCell;
 
