@@ -49,9 +49,9 @@ impl TempFileStore {
     /// session's bulk inserts): the file belongs to the transaction, not to the statement
     /// running now, and lives in its memory.
     pub fn for_transaction(page_size: usize) -> TempFileStore {
-        // SAFETY: both globals are restored before returning (BufFileCreateTemp raises only
-        // on failures that end the transaction anyway, whose abort resets both); the top
-        // transaction's memory and resource owner exist inside a transaction, where inserts run.
+        // SAFETY: both globals are restored before returning; when BufFileCreateTemp raises
+        // instead, the abort of the (sub)transaction resets both. The top transaction's memory
+        // and resource owner exist inside a transaction, where inserts run.
         unsafe {
             let owner = pg_sys::CurrentResourceOwner;
             let context = pg_sys::MemoryContextSwitchTo(pg_sys::TopTransactionContext);
