@@ -63,9 +63,7 @@ where
             // Checked only (nothing is built): the service parses it again.
             match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
                 Ok(_) => {
-                    if to_service.write_all(text).await.is_err()
-                        || to_service.write_all(b"\n").await.is_err()
-                    {
+                    if write_line(&mut to_service, text).await.is_err() {
                         break;
                     }
                 }
