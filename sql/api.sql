@@ -188,14 +188,6 @@ BEGIN
     -- Citus no unique constraint backs it (sql/citus.sql).
     PERFORM pg_advisory_xact_lock(hashtext('pg_skills.apply_staging'));
 
-    -- The loader and this extension must normalise and hash alike (same build).
-    IF EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st
-               WHERE st.content_hash <> skills.content_hash(st.name, st.description, st.instructions)) THEN
-        RAISE EXCEPTION 'staged content hashes differ from the extension''s content_hash()'
-            USING ERRCODE = 'data_exception',
-                  HINT = 'Use a skills-load built from the same pg_skills version as the installed extension.';
-    END IF;
-
     -- The stored skills' identities and places, read once into a work table: every later step
     -- joins the session's work tables only, and every write reads them through a subquery
     -- (Citus, when the skills are distributed (docs/citus.md), refuses direct joins of local
@@ -203,6 +195,18 @@ BEGIN
     IF to_regclass('pg_temp.skill_staging_current') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_current; END IF;
     CREATE TEMP TABLE skill_staging_current ON COMMIT DROP AS
         SELECT s.id, s.content_hash, s.provenance, s.retired_at FROM skills.skill AS s;
+
+    -- The loader and this extension must normalise and hash alike (same build): a staged row
+    -- said to hold stored content must hash to it. The rows written below are checked after
+    -- their writes, whose trigger computes their hashes anyway (on Citus, here, as before).
+    ahead := NOT skills.is_distributed('skills.skill');
+    IF EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st
+               WHERE (NOT ahead OR st.content_hash IN (SELECT c.content_hash FROM pg_temp.skill_staging_current AS c))
+                 AND st.content_hash <> skills.content_hash(st.name, st.description, st.instructions)) THEN
+        RAISE EXCEPTION 'staged content hashes differ from the extension''s content_hash()'
+            USING ERRCODE = 'data_exception',
+                  HINT = 'Use a skills-load built from the same pg_skills version as the installed extension.';
+    END IF;
 
     -- Known content: unchanged when all its staged places are known, else the new places merge in.
     SELECT count(*) FILTER (WHERE known), count(*) FILTER (WHERE NOT known)
@@ -221,8 +225,9 @@ BEGIN
     -- A second load in the same transaction replaces the work tables (no NOTICE when absent).
     IF to_regclass('pg_temp.skill_staging_fresh') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_fresh; END IF;
     IF to_regclass('pg_temp.skill_staging_pairs') IS NOT NULL THEN DROP TABLE pg_temp.skill_staging_pairs; END IF;
+    -- The staged rows' texts stay in skill_staging (read by content_hash, its key).
     CREATE TEMP TABLE skill_staging_fresh ON COMMIT DROP AS
-        SELECT st.*, skills.provenance_locations(st.provenance) AS locs
+        SELECT st.ord, st.content_hash, skills.provenance_locations(st.provenance) AS locs
         FROM pg_temp.skill_staging AS st
         WHERE NOT EXISTS (SELECT 1 FROM pg_temp.skill_staging_current AS s WHERE s.content_hash = st.content_hash);
 
@@ -242,7 +247,6 @@ BEGIN
     -- The row trigger derives token counts, risk findings and categories from the text; the
     -- writes below have them computed ahead on other threads (skills.prepare_skill_writes), and
     -- the trigger reads them from there. Not on Citus, where the triggers run on the workers.
-    ahead := NOT skills.is_distributed('skills.skill');
     -- And the bm25 index gathers the new documents and writes them as one segment when the
     -- load ends (each document written once, not into the append area and again at merges).
     IF ahead THEN
@@ -250,13 +254,13 @@ BEGIN
         PERFORM set_config('pg_skills.bm25_bulk_insert', 'on', true);
     END IF;
     PERFORM skills.prepare_skill_writes(array_agg(fr.name), array_agg(fr.description), array_agg(fr.instructions))
-    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash)
+    FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging AS fr USING (content_hash)
     WHERE ahead;
     UPDATE skills.skill AS s
     SET name = f.name, description = f.description, instructions = f.instructions,
         category = f.category, provenance = skills.merge_provenance(s.provenance, f.provenance)
     FROM (SELECT p.id, fr.name, fr.description, fr.instructions, fr.category, fr.provenance
-          FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging_fresh AS fr USING (content_hash)) AS f
+          FROM pg_temp.skill_staging_pairs AS p JOIN pg_temp.skill_staging AS fr USING (content_hash)) AS f
     WHERE s.id = f.id;
     GET DIAGNOSTICS updated = ROW_COUNT;
 
@@ -269,12 +273,12 @@ BEGIN
     new_skills := 0;
     SELECT min(f.ord) - chunk_rows, max(f.ord) INTO chunk_start, last_ord FROM pg_temp.skill_staging_fresh AS f;
     WHILE chunk_start <= last_ord LOOP
-        PERFORM skills.prepare_skill_writes(array_agg(f.name), array_agg(f.description), array_agg(f.instructions))
-        FROM pg_temp.skill_staging_fresh AS f
+        PERFORM skills.prepare_skill_writes(array_agg(st.name), array_agg(st.description), array_agg(st.instructions))
+        FROM pg_temp.skill_staging_fresh AS f JOIN pg_temp.skill_staging AS st USING (content_hash)
         WHERE ahead AND f.ord >= chunk_start + chunk_rows AND f.ord < chunk_start + 2 * chunk_rows;
         INSERT INTO skills.skill (name, description, instructions, category, provenance)
-        SELECT f.name, f.description, f.instructions, f.category, f.provenance
-        FROM pg_temp.skill_staging_fresh AS f
+        SELECT st.name, st.description, st.instructions, st.category, st.provenance
+        FROM pg_temp.skill_staging_fresh AS f JOIN pg_temp.skill_staging AS st USING (content_hash)
         WHERE f.ord >= chunk_start AND f.ord < chunk_start + chunk_rows
         ORDER BY f.ord;
         GET DIAGNOSTICS chunk_written = ROW_COUNT;
@@ -288,6 +292,14 @@ BEGIN
         JOIN pg_catalog.pg_am AS a ON a.oid = c.relam
         WHERE i.indrelid = 'skills.skill'::regclass AND a.amname = 'bm25';
         PERFORM set_config('pg_skills.bm25_bulk_insert', bulk_before, true);
+        -- Every staged hash now names a stored skill: the written rows' trigger hashed their
+        -- texts as the staged hashes said (checked above on Citus).
+        IF EXISTS (SELECT 1 FROM pg_temp.skill_staging AS st
+                   WHERE NOT EXISTS (SELECT 1 FROM skills.skill AS s WHERE s.content_hash = st.content_hash)) THEN
+            RAISE EXCEPTION 'staged content hashes differ from the extension''s content_hash()'
+                USING ERRCODE = 'data_exception',
+                      HINT = 'Use a skills-load built from the same pg_skills version as the installed extension.';
+        END IF;
     END IF;
 
     -- Places that now hold other content leave the skill that had them (skills written above

@@ -7,8 +7,9 @@
 //! the loading backend's one core. `skills.apply_staging` hands each chunk of rows it is about to
 //! insert to `skills.prepare_skill_writes` one chunk ahead: the chunk is computed on the
 //! encoder's threads while the backend inserts the chunk before it. The functions then answer
-//! from there when asked about exactly the same text (waiting for the chunk's computation when
-//! it is still running), and compute as before otherwise. What was computed is forgotten when
+//! from there when asked about exactly the same text (a document not computed yet is computed
+//! by the backend itself, taking the chunk's next documents from the threads meanwhile), and
+//! compute as before otherwise. What was computed is forgotten when
 //! the transaction ends.
 //!
 //! A remembered value is the function's own result on the same three strings (compared in full,
@@ -16,10 +17,10 @@
 //! immutable.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use pgrx::prelude::*;
@@ -39,9 +40,8 @@ const KEPT_BATCHES: usize = 2;
 /// How often a backend waiting for a batch checks for cancellation.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
 
-/// One document's fields and what the functions return for them.
+/// What the functions return for one document.
 struct Prepared {
-    fields: [String; 3],
     content_hash: String,
     token_count: i32,
     risk: serde_json::Value,
@@ -57,49 +57,83 @@ pub(crate) struct Derived {
     pub category: &'static str,
 }
 
-type PreparedMap = HashMap<u64, Prepared>;
-
-/// Where a batch's computation leaves its result: None inside while it runs; then the
-/// documents by fingerprint, or None when the computation panicked (the trigger computes them).
-#[derive(Default)]
-struct Slot {
-    result: Mutex<Option<Option<PreparedMap>>>,
-    done: Condvar,
+/// One call's documents and what has been computed of them. The encoder's threads take the
+/// documents in order, one at a time; a backend that needs a document not computed yet takes
+/// the next ones itself instead of waiting (the threads are the load's bound on a small server,
+/// and the backend would otherwise sit idle while they catch up).
+struct Work {
+    documents: Vec<[String; 3]>,
+    /// Each document's values once computed; None inside when its computation panicked (the
+    /// trigger then computes them itself).
+    results: Vec<OnceLock<Option<Prepared>>>,
+    /// The first document nobody has taken.
+    next: AtomicUsize,
+    /// Jobs on the encoder's threads still running for this call.
+    jobs: AtomicUsize,
+    /// Signalled after each document is computed (taken around the signal, so that a waiter
+    /// that found the document missing is already waiting when it comes).
+    lock: Mutex<()>,
+    computed: Condvar,
 }
 
-/// One call's documents.
-struct Batch {
-    /// Their fingerprints, known at once: a lookup knows which batch to wait for.
-    keys: HashSet<u64>,
-    slot: Arc<Slot>,
-    /// The result, once taken from the slot.
-    taken: Option<Option<PreparedMap>>,
-}
-
-impl Batch {
-    /// The batch's documents, waiting for the computation with cancellation checks.
-    fn documents(&mut self) -> Option<&PreparedMap> {
-        while self.taken.is_none() {
-            {
-                let result = self.slot.result.lock().unwrap_or_else(|e| e.into_inner());
-                let (mut result, _) = self
-                    .slot
-                    .done
-                    .wait_timeout_while(result, WAIT_SLICE, |r| r.is_none())
-                    .unwrap_or_else(|e| e.into_inner());
-                self.taken = result.take();
-            }
-            if self.taken.is_none() {
-                pg_sys::check_for_interrupts!();
-            }
+impl Work {
+    /// Work on `documents` for `jobs` jobs about to start on the encoder's threads.
+    fn new(documents: Vec<[String; 3]>, jobs: usize) -> Work {
+        Work {
+            results: documents.iter().map(|_| OnceLock::new()).collect(),
+            documents,
+            next: AtomicUsize::new(0),
+            jobs: AtomicUsize::new(jobs),
+            lock: Mutex::new(()),
+            computed: Condvar::new(),
         }
-        self.taken.as_ref().and_then(Option::as_ref)
+    }
+
+    /// Takes the next document nobody has taken and computes it; false when none is left.
+    fn compute_next(&self) -> bool {
+        let i = self.next.fetch_add(1, Ordering::AcqRel);
+        let Some(fields) = self.documents.get(i) else {
+            return false;
+        };
+        // A panic here must not reach rayon, which would abort the server process, nor fail a
+        // backend's statement: the trigger computes the document itself.
+        let result = catch_unwind(AssertUnwindSafe(|| compute(fields))).ok();
+        let _ = self.results[i].set(result);
+        drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
+        self.computed.notify_all();
+        true
+    }
+
+    /// The values of document `i`, computing documents nobody has taken while it is not done,
+    /// then waiting for the thread computing it, with cancellation checks.
+    fn result(&self, i: usize) -> Option<&Prepared> {
+        loop {
+            if let Some(result) = self.results[i].get() {
+                return result.as_ref();
+            }
+            if !self.compute_next() {
+                let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                if self.results[i].get().is_none() {
+                    let _ = self
+                        .computed
+                        .wait_timeout(guard, WAIT_SLICE)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            pg_sys::check_for_interrupts!();
+        }
     }
 }
 
-/// Computations of this process not finished yet, including those of transactions that ended
-/// (they finish into slots nobody reads). A call waits while [`KEPT_BATCHES`] are running, so
-/// that calls in a loop cannot pile up work and memory.
+/// One call's documents as the backend finds them: the position of each by fingerprint.
+struct Batch {
+    positions: HashMap<u64, usize>,
+    work: Arc<Work>,
+}
+
+/// Calls whose computation is not finished yet in this process, including those of
+/// transactions that ended (they finish into work nobody reads). A call waits while
+/// [`KEPT_BATCHES`] are running, so that calls in a loop cannot pile up work and memory.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
@@ -122,8 +156,8 @@ pub(crate) fn risk_json(report: &risk::Report) -> serde_json::Value {
     })
 }
 
-fn compute(fields: [String; 3]) -> Prepared {
-    let [name, description, instructions] = &fields;
+fn compute(fields: &[String; 3]) -> Prepared {
+    let [name, description, instructions] = fields;
     let content_hash = skill::content_hash(name, description, instructions);
     let tokens = skill::token_count(name, description, instructions);
     let report = risk::scan(name, description, instructions);
@@ -133,25 +167,27 @@ fn compute(fields: [String; 3]) -> Prepared {
         token_count: i32::try_from(tokens).unwrap_or(i32::MAX),
         risk: risk_json(&report),
         category,
-        fields,
     }
 }
 
 /// `get` of the remembered values for exactly these fields, if any.
 fn lookup<T>(fields: [&str; 3], get: impl FnOnce(&Prepared) -> T) -> Option<T> {
-    BATCHES.with(|batches| {
-        let mut batches = batches.borrow_mut();
+    let (work, i) = BATCHES.with(|batches| {
+        let batches = batches.borrow();
         if batches.is_empty() {
             return None;
         }
         let key = fingerprint(fields);
-        let batch = batches.iter_mut().rev().find(|b| b.keys.contains(&key))?;
-        batch
-            .documents()?
-            .get(&key)
-            .filter(|p| p.fields.iter().zip(fields).all(|(a, b)| a == b))
-            .map(get)
-    })
+        batches
+            .iter()
+            .rev()
+            .find_map(|b| Some((b.work.clone(), *b.positions.get(&key)?)))
+    })?;
+    if work.documents[i].iter().zip(fields).any(|(a, b)| a != b) {
+        return None;
+    }
+    // Out of the borrow: computing or waiting checks for cancellation.
+    work.result(i).map(get)
 }
 
 /// Everything remembered for these fields, with one lookup.
@@ -229,53 +265,43 @@ fn prepare_skill_writes(
     if documents.is_empty() {
         return 0;
     }
-    let keyed: Vec<(u64, [String; 3])> = documents
-        .into_iter()
-        .map(|doc| (fingerprint([&doc[0], &doc[1], &doc[2]]), doc))
-        .collect();
-    let keys = keyed.iter().map(|(key, _)| *key).collect();
+    let mut positions = HashMap::with_capacity(documents.len());
+    for (i, doc) in documents.iter().enumerate() {
+        positions
+            .entry(fingerprint([&doc[0], &doc[1], &doc[2]]))
+            .or_insert(i);
+    }
     while RUNNING.load(Ordering::Acquire) >= KEPT_BATCHES {
         std::thread::sleep(WAIT_SLICE);
         pg_sys::check_for_interrupts!();
     }
-    RUNNING.fetch_add(1, Ordering::AcqRel);
-    let slot = Arc::new(Slot::default());
-    let job = {
-        let slot = slot.clone();
-        move || {
-            use rayon::prelude::*;
-            // A panic here must not reach rayon, which would abort the server process.
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                keyed
-                    .into_par_iter()
-                    .map(|(key, doc)| (key, compute(doc)))
-                    .collect::<PreparedMap>()
-            }))
-            .ok();
-            *slot.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-            slot.done.notify_all();
-            RUNNING.fetch_sub(1, Ordering::AcqRel);
-        }
-    };
     // The backend inserts the chunk before this one meanwhile, and its inserts are the load's
     // longest serial path: leave it a core of its own.
     let configured = embedding::configured_encoder_threads();
     let cores = embedding::slots::machine_cores();
     let threads = configured.min(cores.saturating_sub(1)).max(1);
-    match embedding::encoder_pool(threads, configured) {
-        Some(pool) => pool.spawn(job),
-        None => rayon::spawn(job),
+    let work = Arc::new(Work::new(documents, threads));
+    RUNNING.fetch_add(1, Ordering::AcqRel);
+    let pool = embedding::encoder_pool(threads, configured);
+    for _ in 0..threads {
+        let work = work.clone();
+        let job = move || {
+            while work.compute_next() {}
+            if work.jobs.fetch_sub(1, Ordering::AcqRel) == 1 {
+                RUNNING.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        match &pool {
+            Some(pool) => pool.spawn(job),
+            None => rayon::spawn(job),
+        }
     }
     BATCHES.with(|batches| {
         let mut batches = batches.borrow_mut();
         while batches.len() >= KEPT_BATCHES {
             batches.pop_front();
         }
-        batches.push_back(Batch {
-            keys,
-            slot,
-            taken: None,
-        });
+        batches.push_back(Batch { positions, work });
     });
     if !FORGET_REGISTERED.with(Cell::get) {
         FORGET_REGISTERED.with(|r| r.set(true));
@@ -283,4 +309,76 @@ fn prepare_skill_writes(
         register_xact_callback(PgXactCallbackEvent::Abort, forget);
     }
     count
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use super::*;
+
+    fn document(i: usize) -> [String; 3] {
+        [
+            format!("skill-{i}"),
+            format!("Deploys service {i}"),
+            format!(
+                "curl https://x.example/{i}.sh | sh\n{}",
+                "and more words ".repeat(i % 50)
+            ),
+        ]
+    }
+
+    /// With no thread computing (all of them busy elsewhere), a backend asking for the last
+    /// document computes every document up to it itself, in order, instead of waiting.
+    #[pg_test]
+    fn a_backend_computes_what_the_threads_have_not() {
+        let documents: Vec<[String; 3]> = (0..40).map(document).collect();
+        let work = Work::new(documents.clone(), 0);
+        let last = work.result(39).expect("computed");
+        let [n, d, i] = &documents[39];
+        assert_eq!(last.content_hash, skill::content_hash(n, d, i));
+        assert_eq!(last.token_count as usize, skill::token_count(n, d, i));
+        assert_eq!(
+            last.risk["level"],
+            risk::scan(n, d, i).level.as_str(),
+            "{}",
+            last.risk
+        );
+        assert_eq!(last.category, category::classify(n, d, i).as_str());
+        // Each document's own values, at its own position.
+        for (k, [n, d, i]) in documents.iter().enumerate() {
+            let got = work.results[k]
+                .get()
+                .expect("taken in order")
+                .as_ref()
+                .unwrap();
+            assert_eq!(got.content_hash, skill::content_hash(n, d, i), "{k}");
+        }
+        assert!(!work.compute_next(), "nothing is left to take");
+    }
+
+    /// A thread and the backend take documents from one call without computing one twice or
+    /// leaving one out.
+    #[pg_test]
+    fn a_thread_and_the_backend_share_a_call() {
+        let documents: Vec<[String; 3]> = (0..300).map(document).collect();
+        let work = Arc::new(Work::new(documents.clone(), 1));
+        let thread = {
+            let work = work.clone();
+            std::thread::spawn(move || {
+                let mut taken = 0;
+                while work.compute_next() {
+                    taken += 1;
+                }
+                taken
+            })
+        };
+        for k in (0..documents.len()).rev() {
+            let [n, d, i] = &documents[k];
+            let got = work.result(k).expect("computed");
+            assert_eq!(got.content_hash, skill::content_hash(n, d, i), "{k}");
+        }
+        let by_thread = thread.join().unwrap();
+        assert!(by_thread < documents.len(), "the backend took some");
+        assert!(work.results.iter().all(|r| r.get().is_some()));
+    }
 }

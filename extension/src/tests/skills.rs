@@ -364,6 +364,39 @@ mod tests {
         assert_eq!(tokens, vec!["test", "fail"]);
     }
 
+    /// A staged hash that is not the extension's hash of its text stops the load, whether it
+    /// names stored content (the row would pass for unchanged) or no content (a new row).
+    #[pg_test]
+    fn apply_staging_refuses_hashes_that_are_not_the_texts() {
+        stage(&[("a", "one", "r1:a")]);
+        assert_eq!(apply(), (1, 0, 0, 0));
+        exec(
+            "CREATE FUNCTION pg_temp.apply_or_error() RETURNS text LANGUAGE plpgsql AS $$
+             BEGIN PERFORM skills.apply_staging(); RETURN 'applied';
+             EXCEPTION WHEN data_exception THEN RETURN SQLERRM; END $$",
+        );
+        let refused = "staged content hashes differ from the extension's content_hash()";
+        // An edited text with the stored text's hash.
+        stage(&[("a", "one, edited", "r1:a"), ("b", "two", "r1:b")]);
+        exec(&format!(
+            "UPDATE pg_temp.skill_staging SET content_hash = {} WHERE name = 'a'",
+            quote(&pg_skills_corpus::skill::content_hash("a", "d", "one"))
+        ));
+        assert_eq!(one::<String>("SELECT pg_temp.apply_or_error()"), refused);
+        // A new text with a hash of no text.
+        stage(&[("b", "two", "r1:b"), ("c", "three", "r1:c")]);
+        exec("UPDATE pg_temp.skill_staging SET content_hash = repeat('0', 64) WHERE name = 'c'");
+        assert_eq!(one::<String>("SELECT pg_temp.apply_or_error()"), refused);
+        assert_eq!(
+            one::<String>("SELECT string_agg(name || ':' || instructions, ',' ORDER BY name) FROM skills.skill"),
+            "a:one",
+            "nothing of the refused loads was written"
+        );
+        stage(&[("b", "two", "r1:b"), ("c", "three", "r1:c")]);
+        assert_eq!(one::<String>("SELECT pg_temp.apply_or_error()"), "applied");
+        assert_eq!(one::<i64>("SELECT count(*) FROM skills.skill"), 3);
+    }
+
     #[pg_test]
     fn apply_staging_new_unchanged_merged_updated() {
         stage(&[("a", "one", "r1:a"), ("b", "two", "r1:b")]);
