@@ -75,6 +75,22 @@ pub fn merge_provenance(into: &mut Vec<Value>, from: &[Value]) {
     }
 }
 
+/// What [`Pipeline::push`] works out of an item on its own, before it is merged.
+enum Checked {
+    NotCodeRelated,
+    Kept { hash: String },
+}
+
+fn check(code_filter: bool, skill: &Skill) -> Checked {
+    if code_filter && !is_code_related(skill) {
+        Checked::NotCodeRelated
+    } else {
+        Checked::Kept {
+            hash: skill.content_hash(),
+        }
+    }
+}
+
 /// Accumulates items: counts, filters and deduplicates them, keeping first-seen order.
 #[derive(Debug)]
 pub struct Pipeline {
@@ -107,23 +123,48 @@ impl Pipeline {
     }
 
     pub fn push(&mut self, item: Item) {
+        self.merge(item, None);
+    }
+
+    /// [`Pipeline::push`] of each item in order, with the work of each item alone (the code
+    /// filter, the content hash) done on every core first.
+    pub fn push_all(&mut self, items: Vec<Item>) {
+        use rayon::prelude::*;
+        let code_filter = self.options.code_filter;
+        let checked: Vec<Option<Checked>> = items
+            .par_iter()
+            .map(|item| match item {
+                Item::Skill(skill) => Some(check(code_filter, skill)),
+                Item::Dropped { .. } => None,
+            })
+            .collect();
+        for (item, checked) in items.into_iter().zip(checked) {
+            self.merge(item, checked);
+        }
+    }
+
+    /// Counts and merges an item; `checked` is what [`check`] found for it, if already known.
+    fn merge(&mut self, item: Item, checked: Option<Checked>) {
         self.counts.read += 1;
         let skill = match item {
             Item::Dropped { location, reason } => return self.drop(location, reason),
-            Item::Skill(s) => s,
+            Item::Skill(skill) => skill,
         };
-        if self.options.code_filter && !is_code_related(&skill) {
-            let location = skill
-                .provenance
-                .first()
-                .and_then(|p| p.get("location"))
-                .and_then(Value::as_str);
-            return self.drop(
-                location.unwrap_or(&skill.name).to_owned(),
-                DropReason::NotCodeRelated,
-            );
-        }
-        let hash = skill.content_hash();
+        let checked = checked.unwrap_or_else(|| check(self.options.code_filter, &skill));
+        let hash = match checked {
+            Checked::NotCodeRelated => {
+                let location = skill
+                    .provenance
+                    .first()
+                    .and_then(|p| p.get("location"))
+                    .and_then(Value::as_str);
+                return self.drop(
+                    location.unwrap_or(&skill.name).to_owned(),
+                    DropReason::NotCodeRelated,
+                );
+            }
+            Checked::Kept { hash } => hash,
+        };
         let locations = locations_of(&skill.provenance);
         if let Some(clash) = locations
             .iter()

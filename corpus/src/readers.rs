@@ -281,11 +281,13 @@ pub fn read_jsonl(path: &Path, limits: ReadLimits) -> std::io::Result<Vec<Item>>
 fn read_records(
     path: &Path,
     limits: ReadLimits,
-    line_location: impl Fn(usize) -> String,
-    parse: impl Fn(&serde_json::Map<String, Value>, &mut String) -> Result<Skill, DropReason>,
+    line_location: impl Fn(usize) -> String + Sync,
+    parse: impl Fn(&serde_json::Map<String, Value>, &mut String) -> Result<Skill, DropReason> + Sync,
 ) -> std::io::Result<Vec<Item>> {
+    use rayon::prelude::*;
+    // Parsing and normalising are most of a large file's reading: on every core, in order.
     Ok(json_lines(path, limits)?
-        .into_iter()
+        .into_par_iter()
         .map(|(line_no, line)| {
             let mut location = line_location(line_no);
             match line.and_then(|l| parse(&parse_object(&l)?, &mut location)) {

@@ -144,16 +144,25 @@ fn main() -> ExitCode {
         };
         let reader = TreeReader { source, limits };
         let pb = bar(files.len(), "read");
-        for f in &files {
-            pipeline.push(reader.read_file(f));
-            pb.inc(1);
-        }
+        // Read and parsed on every core, merged in the files' order.
+        let items: Vec<Item> = {
+            use rayon::prelude::*;
+            files
+                .par_iter()
+                .map(|f| {
+                    let item = reader.read_file(f);
+                    pb.inc(1);
+                    item
+                })
+                .collect()
+        };
+        pipeline.push_all(items);
         pb.finish_and_clear();
     }
     let mut push_all = |what: &PathBuf, items: std::io::Result<Vec<Item>>| -> bool {
         match items {
             Ok(items) => {
-                items.into_iter().for_each(|i| pipeline.push(i));
+                pipeline.push_all(items);
                 true
             }
             Err(e) => {
@@ -235,7 +244,12 @@ fn risk_counts(skills: &[pg_skills_corpus::dedup::Prepared]) -> Vec<(&'static st
         .collect()
 }
 
-fn report(args: &Args, counts: &IngestCounts, flagged: &[(&str, usize)], applied: Option<ApplyCounts>) {
+fn report(
+    args: &Args,
+    counts: &IngestCounts,
+    flagged: &[(&str, usize)],
+    applied: Option<ApplyCounts>,
+) {
     if !args.quiet {
         for (location, reason) in &counts.drop_log {
             eprintln!("dropped {location}: {reason}");
@@ -279,7 +293,10 @@ fn report(args: &Args, counts: &IngestCounts, flagged: &[(&str, usize)], applied
         counts.merged_duplicates
     );
     let flags: Vec<String> = flagged.iter().map(|(l, n)| format!("{l} {n}")).collect();
-    println!("risk findings: {} (skills.flagged_skill lists them)", flags.join(", "));
+    println!(
+        "risk findings: {} (skills.flagged_skill lists them)",
+        flags.join(", ")
+    );
     match applied {
         Some(a) => println!(
             "database: new {}, updated {}, provenance added {}, unchanged {}, retired {}, returned {}",
