@@ -46,16 +46,23 @@ impl O200k {
 
     /// [`O200k::count`], calling `between` after each run of pieces of about 64 kB.
     pub fn count_with(&self, text: &str, between: &mut dyn FnMut()) -> usize {
+        thread_local! {
+            static CACHE: std::cell::Cell<Option<Box<bpe::PieceCache>>> = const { std::cell::Cell::new(None) };
+        }
+        // The thread's cache, taken for the whole text (no thread-local access per piece) and
+        // put back after; a `between` that unwinds leaves the thread a new one next time.
+        let mut cache = CACHE.take().unwrap_or_default();
         let mut total = 0;
         let mut since_check = 0;
         for piece in self.pieces(text) {
-            total += self.ranks.piece_tokens(piece.as_bytes());
+            total += cache.piece_tokens(&self.ranks, piece.as_bytes());
             since_check += piece.len();
             if since_check >= CHECK_BYTES {
                 since_check = 0;
                 between();
             }
         }
+        CACHE.set(Some(cache));
         total
     }
 }

@@ -232,3 +232,24 @@ fn counting_in_runs_calls_back_and_adds_up() {
     assert!(calls >= 3, "{calls} calls");
     assert_eq!(n, reference_count(&text));
 }
+
+/// The per-thread cache of short pieces' counts: a text of more distinct short pieces than it
+/// has slots, counted twice (the second time partly from the cache, with slots taken over by
+/// other pieces), gives the reference count both times.
+#[test]
+fn counts_through_a_full_piece_cache_equal_the_reference() {
+    let mut rng = Rng(11);
+    let letters = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
+    let text: String = (0..40_000)
+        .map(|_| {
+            let len = 1 + rng.below(14);
+            let word: String = (0..len)
+                .map(|_| letters[rng.below(letters.len())] as char)
+                .collect();
+            format!(" {word}")
+        })
+        .collect();
+    let expected = reference_count(&text);
+    assert_eq!(O200k::get().count(&text), expected);
+    assert_eq!(O200k::get().count(&text), expected);
+}
