@@ -6,6 +6,8 @@
 //!   blank line, and leading/trailing blank lines go;
 //! - one-line fields (name, description) have every whitespace run collapsed to one space.
 
+use std::borrow::Cow;
+
 /// A SKILL.md split into its front matter (raw YAML, if any) and its normalised body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitDocument {
@@ -13,9 +15,13 @@ pub struct SplitDocument {
     pub body: String,
 }
 
-pub fn unify_line_endings(text: &str) -> String {
+pub fn unify_line_endings(text: &str) -> Cow<'_, str> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    text.replace("\r\n", "\n").replace('\r', "\n")
+    // Most texts have no carriage return: one scan for it, and no copy.
+    if !text.contains('\r') {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
 }
 
 pub fn normalize_body(text: &str) -> String {
