@@ -13,7 +13,7 @@
 //!
 //! Same input, same category: no randomness, no model.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -427,36 +427,63 @@ const DESCRIPTION_WEIGHT: u32 = 2;
 const INSTRUCTIONS_WEIGHT: u32 = 1;
 const INSTRUCTIONS_CAP: u32 = 3;
 
-type CueSet = HashSet<&'static str, rustc_hash::FxBuildHasher>;
+/// What the classifier knows of a lowercase word or two-word phrase.
+#[derive(Clone, Copy, Default)]
+struct Role {
+    /// Its number in [`Cues::list`], if it is a cue.
+    cue: Option<u16>,
+    /// Whether it is the first word of a two-word cue (the phrase is looked up after it).
+    starts_phrase: bool,
+}
 
-/// Every cue of every category: the only words and phrases [`scores`] looks up.
-fn all_cues() -> &'static CueSet {
-    static CUES: OnceLock<CueSet> = OnceLock::new();
+/// Every cue of every category, numbered: the only words and phrases [`scores`] looks up.
+struct Cues {
+    /// Each cue once.
+    list: Vec<&'static str>,
+    /// Words and phrases by their text: one lookup per word.
+    roles: HashMap<&'static str, Role, rustc_hash::FxBuildHasher>,
+    /// Each category's cues' numbers, in [`Category::ALL`] order.
+    of_category: Vec<Vec<u16>>,
+}
+
+fn cues() -> &'static Cues {
+    static CUES: OnceLock<Cues> = OnceLock::new();
     CUES.get_or_init(|| {
-        Category::ALL
-            .iter()
-            .flat_map(|c| c.cues().iter().copied())
-            .collect()
+        let mut cues = Cues {
+            list: Vec::new(),
+            roles: HashMap::default(),
+            of_category: Vec::new(),
+        };
+        for category in Category::ALL {
+            let mut ids = Vec::new();
+            for &cue in category.cues() {
+                let id = match cues.roles.get(cue).and_then(|r| r.cue) {
+                    Some(id) => id,
+                    None => {
+                        cues.list.push(cue);
+                        let id =
+                            u16::try_from(cues.list.len() - 1).expect("fewer than 65,536 cues");
+                        cues.roles.entry(cue).or_default().cue = Some(id);
+                        id
+                    }
+                };
+                // A cue listed twice in a category counts twice, as it always has.
+                ids.push(id);
+                if let Some((first, _)) = cue.split_once(' ') {
+                    cues.roles.entry(first).or_default().starts_phrase = true;
+                }
+            }
+            cues.of_category.push(ids);
+        }
+        cues
     })
 }
 
-/// The first words of the two-word cues: a phrase is looked up only after one of them.
-fn phrase_starts() -> &'static CueSet {
-    static STARTS: OnceLock<CueSet> = OnceLock::new();
-    STARTS.get_or_init(|| {
-        all_cues()
-            .iter()
-            .filter_map(|cue| cue.split_once(' ').map(|(first, _)| first))
-            .collect()
-    })
-}
-
-/// How often each cue (word or two-word phrase) occurs in `text`. Only cues are counted, so
-/// memory stays small however long the text is.
-fn cue_counts(text: &str) -> HashMap<&'static str, u32> {
-    let cues = all_cues();
-    let starts = phrase_starts();
-    let mut counts: HashMap<&'static str, u32> = HashMap::new();
+/// How often each cue (word or two-word phrase) occurs in `text`, by its number in
+/// [`Cues::list`]. Only cues are counted, so memory stays small however long the text is.
+fn cue_counts(text: &str) -> Vec<u32> {
+    let cues = cues();
+    let mut counts = vec![0u32; cues.list.len()];
     // One word's buffers, reused: most words are ASCII and lowercase in place.
     let mut word = String::new();
     let mut previous = String::new();
@@ -473,19 +500,20 @@ fn cue_counts(text: &str) -> HashMap<&'static str, u32> {
         } else {
             word.push_str(&raw.to_lowercase());
         }
-        if let Some(cue) = cues.get(word.as_str()) {
-            *counts.entry(*cue).or_insert(0) += 1;
+        let role = cues.roles.get(word.as_str()).copied().unwrap_or_default();
+        if let Some(cue) = role.cue {
+            counts[cue as usize] += 1;
         }
         if previous_starts_phrase {
             phrase.clear();
             phrase.push_str(&previous);
             phrase.push(' ');
             phrase.push_str(&word);
-            if let Some(cue) = cues.get(phrase.as_str()) {
-                *counts.entry(*cue).or_insert(0) += 1;
+            if let Some(cue) = cues.roles.get(phrase.as_str()).and_then(|r| r.cue) {
+                counts[cue as usize] += 1;
             }
         }
-        previous_starts_phrase = starts.contains(word.as_str());
+        previous_starts_phrase = role.starts_phrase;
         std::mem::swap(&mut previous, &mut word);
     }
     counts
@@ -503,12 +531,10 @@ pub fn scores(name: &str, description: &str, instructions: &str) -> [u32; 7] {
         ),
     ];
     let mut out = [0u32; 7];
-    for (slot, category) in out.iter_mut().zip(Category::ALL) {
-        for cue in category.cues() {
+    for (slot, ids) in out.iter_mut().zip(&cues().of_category) {
+        for &id in ids {
             for (counts, weight, cap) in &fields {
-                if let Some(&n) = counts.get(*cue) {
-                    *slot += weight * n.min(*cap);
-                }
+                *slot += weight * counts[id as usize].min(*cap);
             }
         }
     }
@@ -571,9 +597,13 @@ mod tests {
         ];
         for text in texts {
             let all = everything(text);
-            let cues = cue_counts(text);
-            for cue in all_cues() {
-                assert_eq!(cues.get(*cue), all.get(*cue), "{cue:?} in {text:?}");
+            let counts = cue_counts(text);
+            for (id, cue) in cues().list.iter().enumerate() {
+                assert_eq!(
+                    counts[id],
+                    all.get(*cue).copied().unwrap_or(0),
+                    "{cue:?} in {text:?}"
+                );
             }
         }
     }
