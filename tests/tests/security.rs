@@ -814,6 +814,16 @@ fn long_operations_are_cancelled_promptly() {
          FROM generate_series(1, 760000) AS g",
     );
     let long_text = "repeat('Tokenise this sentence, and this one too.\\n', 2000000)";
+    root.exec(
+        "CREATE TEMP TABLE skill_staging (ord bigint NOT NULL, content_hash text PRIMARY KEY, \
+             name text NOT NULL, description text NOT NULL, instructions text NOT NULL, \
+             category skills.category, provenance jsonb NOT NULL); \
+         INSERT INTO skill_staging \
+         SELECT g, md5(g::text), 'load-' || g, 'A staged skill', \
+                repeat('Run the tests of module ' || g || ' and read the failures. ', 100), NULL, \
+                jsonb_build_array(jsonb_build_object('location', 'cancel:' || g)) \
+         FROM generate_series(1, 20000) AS g",
+    );
     let operations = [
         (
             "counting prompt tokens",
@@ -829,6 +839,12 @@ fn long_operations_are_cancelled_promptly() {
                 "SET pg_skills.max_document_size = '100MB'; \
                  INSERT INTO skills.skill (name, instructions) VALUES ('huge', {long_text})"
             ),
+        ),
+        // The chunk loop of a load, where the backend computes the derived values the
+        // encoder's thread has not reached (20,000 staged skills: about ten seconds of work).
+        (
+            "a load's inserts",
+            "SELECT * FROM skills.apply_staging()".to_string(),
         ),
         ("the KeyOpt fit", "SELECT skills.fit()".to_string()),
         (
