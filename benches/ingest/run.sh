@@ -54,6 +54,8 @@ for g in range(n):
     print(json.dumps({"name": name, "description": desc, "instructions": body}))
 PY
 echo "input: $(wc -l < "$D/skills.jsonl") records, $(du -m "$D/skills.jsonl" | cut -f1) MB"
+# The file just written is flushed now, not by the kernel in the middle of the load.
+sync
 
 t0=$(date +%s.%N)
 "$LOAD" --jsonl "$D/skills.jsonl" --no-code-filter --quiet --dsn "host=127.0.0.1 port=$P user=postgres dbname=postgres" \

@@ -2,8 +2,9 @@
 //! to `skills.apply_staging()` that upserts everything, all in one transaction. A failure
 //! anywhere rolls the whole load back, so a load never half-writes.
 
-use std::io::Write;
-
+use bytes::{BufMut, BytesMut};
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 use postgres::Client;
 
 use crate::conninfo;
@@ -55,39 +56,56 @@ pub fn server_max_document_bytes(client: &mut Client) -> Result<u64, postgres::E
     Ok(row.get::<_, i64>(0) as u64)
 }
 
-/// Escapes a value for COPY's text format.
-fn copy_escape(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
+/// A staged value binary COPY takes as its bytes: an enum's label (or NULL), or JSONB text
+/// (after JSONB's version byte). The text columns and the order go through the driver's own
+/// encodings.
+#[derive(Debug)]
+enum Staged<'a> {
+    Label(Option<&'a str>),
+    Jsonb(&'a str),
 }
 
-fn copy_line(ord: usize, p: &Prepared) -> String {
+impl ToSql for Staged<'_> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Staged::Label(None) => return Ok(IsNull::Yes),
+            Staged::Label(Some(label)) => out.put_slice(label.as_bytes()),
+            Staged::Jsonb(text) => {
+                out.put_u8(1);
+                out.put_slice(text.as_bytes());
+            }
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(ty.kind(), Kind::Enum(_)) || *ty == Type::JSONB
+    }
+
+    to_sql_checked!();
+}
+
+/// Writes one staged row.
+fn stage_row(
+    writer: &mut BinaryCopyInWriter<'_>,
+    ord: usize,
+    p: &Prepared,
+) -> Result<(), postgres::Error> {
     let s = &p.skill;
-    let mut line = String::with_capacity(s.byte_len() + 256);
-    line.push_str(&ord.to_string());
-    for field in [&p.content_hash, &s.name, &s.description, &s.instructions] {
-        line.push('\t');
-        copy_escape(&mut line, field);
-    }
-    line.push('\t');
-    match s.category {
-        Some(c) => line.push_str(c.as_str()),
-        None => line.push_str("\\N"),
-    }
-    line.push('\t');
-    copy_escape(
-        &mut line,
-        &serde_json::Value::Array(s.provenance.clone()).to_string(),
-    );
-    line.push('\n');
-    line
+    let provenance = serde_json::Value::Array(s.provenance.clone()).to_string();
+    writer.write(&[
+        &(ord as i64),
+        &p.content_hash,
+        &s.name,
+        &s.description,
+        &s.instructions,
+        &Staged::Label(s.category.map(|c| c.as_str())),
+        &Staged::Jsonb(&provenance),
+    ])
 }
 
 /// Loads the skills in one transaction. `progress` is called after each staged skill.
@@ -153,11 +171,35 @@ pub fn load(
                                    ALTER COLUMN description SET STORAGE EXTERNAL",
     )?;
     {
-        let mut writer = tx.copy_in(
-            "COPY skill_staging (ord, content_hash, name, description, instructions, category, provenance) FROM STDIN",
+        // Binary COPY: the server reads each value as it is, where the text format has it
+        // search every text for escapes (the COPY is the load's one step on a single core).
+        let category: u32 = tx
+            .query_one(
+                "SELECT 'skills.category'::pg_catalog.regtype::pg_catalog.oid",
+                &[],
+            )?
+            .get(0);
+        let types = [
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::new(
+                "category".into(),
+                category,
+                Kind::Enum(Vec::new()),
+                "skills".into(),
+            ),
+            Type::JSONB,
+        ];
+        let sink = tx.copy_in(
+            "COPY skill_staging (ord, content_hash, name, description, instructions, category, provenance) \
+             FROM STDIN (FORMAT binary)",
         )?;
+        let mut writer = BinaryCopyInWriter::new(sink, &types);
         for (i, p) in skills.iter().enumerate() {
-            writer.write_all(copy_line(i, p).as_bytes())?;
+            stage_row(&mut writer, i, p)?;
             progress(i + 1);
         }
         writer.finish()?;
@@ -196,29 +238,4 @@ pub fn load(
     }
     tx.commit()?;
     Ok(counts)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::skill::Skill;
-
-    #[test]
-    fn copy_lines_escape_control_characters() {
-        let p = Prepared {
-            content_hash: "h".into(),
-            skill: Skill {
-                name: "n\\x".into(),
-                description: "a\tb".into(),
-                instructions: "l1\nl2\r".into(),
-                category: None,
-                license_field: None,
-                provenance: vec![serde_json::json!({"location": "x\ny"})],
-            },
-        };
-        assert_eq!(
-            copy_line(7, &p),
-            "7\th\tn\\\\x\ta\\tb\tl1\\nl2\\r\t\\N\t[{\"location\":\"x\\\\ny\"}]\n"
-        );
-    }
 }
