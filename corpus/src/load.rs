@@ -146,12 +146,12 @@ pub fn load(
     mut progress: impl FnMut(usize),
 ) -> Result<ApplyCounts, LoadError> {
     let mut tx = client.transaction()?;
-    // The new rows' texts are compressed with LZ4 where the server has it: every step of the
-    // upsert reads them (the row trigger's functions and the bm25 index each decompress them),
-    // and pglz's decompression was 7 % of the loading backend's time. The staged texts are
-    // stored out of line uncompressed (below): the COPY, the load's one step on a single core,
-    // then does not compress them (a third of its time), and the insert compresses each new
-    // row's once, on the core the threads computing ahead share with it.
+    // LZ4 where the server has it: the staged texts are compressed once by the COPY and read
+    // back by every step of the upsert (the row trigger's functions and the bm25 index each
+    // decompress them), and the new rows keep them as they are. pglz's decompression was 7 %
+    // of the loading backend's time. (Staging them uncompressed spares the COPY the compression
+    // but the insert then does it: no faster with the binary COPY, and 2.5 times the temporary
+    // bytes; benches/RESULTS.md.)
     tx.batch_execute(
         "SELECT pg_catalog.set_config('default_toast_compression', 'lz4', true) \
          FROM pg_catalog.pg_settings \
@@ -166,9 +166,7 @@ pub fn load(
              instructions text NOT NULL,
              category skills.category,
              provenance jsonb NOT NULL
-         ) ON COMMIT DROP;
-         ALTER TABLE skill_staging ALTER COLUMN instructions SET STORAGE EXTERNAL,
-                                   ALTER COLUMN description SET STORAGE EXTERNAL",
+         ) ON COMMIT DROP",
     )?;
     {
         // Binary COPY: the server reads each value as it is, where the text format has it
