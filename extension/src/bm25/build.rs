@@ -83,7 +83,8 @@ impl BuildState<'_> {
         }
         report(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_MERGE);
         let scratch = self.scratch.as_ref().expect("made by the first spill");
-        add_merged_segment(self.store, scratch, &self.spilled, &NoReaders).or_raise(self.index);
+        add_merged_segment(self.store, scratch, &self.spilled, None, &NoReaders)
+            .or_raise(self.index);
     }
 }
 

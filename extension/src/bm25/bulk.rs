@@ -23,9 +23,7 @@ use std::cell::RefCell;
 use pgrx::pg_sys;
 
 use pg_skills_kernels::bm25index::format::SegmentDesc;
-use pg_skills_kernels::bm25index::maintenance::{
-    add_merged_segment_keeping, add_segment, start_scratch,
-};
+use pg_skills_kernels::bm25index::maintenance::{add_merged_segment, add_segment, start_scratch};
 use pg_skills_kernels::bm25index::segment::SegmentBuilder;
 use pg_skills_kernels::bm25index::{IndexOptions, Tid};
 
@@ -167,11 +165,7 @@ impl Pending {
             if self.builder.is_empty() {
                 Ok(())
             } else {
-                let builder = std::mem::replace(
-                    &mut self.builder,
-                    SegmentBuilder::new(self.options.term_scoring()),
-                );
-                add_segment(&store, builder.write(&store), &locks)
+                add_segment(&store, self.builder.write(&store), &locks)
             }
         } else {
             if !self.builder.is_empty() {
@@ -179,7 +173,7 @@ impl Pending {
             }
             let keep: Vec<bool> = self.seqs.iter().map(|&q| !is_dead(q)).collect();
             let scratch = self.scratch.as_ref().expect("made by the spill");
-            add_merged_segment_keeping(&store, scratch, &self.spilled, &keep, &locks)
+            add_merged_segment(&store, scratch, &self.spilled, Some(&keep), &locks)
         };
         locks.unlock(MAINTENANCE_LOCK, pg_sys::ExclusiveLock);
         written.or_raise(index);

@@ -220,29 +220,10 @@ fn write_merged<R: PageRead, W: PageWrite>(
 /// The end of a CREATE INDEX that spilled: `spilled` (segments the build wrote to `scratch`, a
 /// store thrown away after the build, such as a temporary file) merged into one segment of
 /// `store`, published there. The index then holds that segment alone: no pages of the spills,
-/// freed or not, so a build's size does not depend on maintenance_work_mem.
+/// freed or not, so a build's size does not depend on maintenance_work_mem. `keep`, when given,
+/// says for each document of `spilled` in order whether it is written (a session's bulk
+/// inserts, some of whose rows died with a subtransaction).
 pub fn add_merged_segment<R: PageRead, W: PageWrite>(
-    store: &W,
-    scratch: &R,
-    spilled: &[SegmentDesc],
-    ex: &dyn Exclusion,
-) -> Result<(), Corrupt> {
-    add_merged_segment_inner(store, scratch, spilled, None, ex)
-}
-
-/// [`add_merged_segment`] of the documents `keep` names (one flag per document of `spilled`,
-/// in order): a session's bulk inserts, some of whose rows died with a subtransaction.
-pub fn add_merged_segment_keeping<R: PageRead, W: PageWrite>(
-    store: &W,
-    scratch: &R,
-    spilled: &[SegmentDesc],
-    keep: &[bool],
-    ex: &dyn Exclusion,
-) -> Result<(), Corrupt> {
-    add_merged_segment_inner(store, scratch, spilled, Some(keep), ex)
-}
-
-fn add_merged_segment_inner<R: PageRead, W: PageWrite>(
     store: &W,
     scratch: &R,
     spilled: &[SegmentDesc],

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::maintenance::{
-    add_merged_segment, add_merged_segment_keeping, add_segment, bulk_delete, flush_append,
-    initialize, start_scratch, vacuum_cleanup,
+    add_merged_segment, add_segment, bulk_delete, flush_append, initialize, start_scratch,
+    vacuum_cleanup,
 };
 use super::segment::SegmentBuilder;
 use super::*;
@@ -254,7 +254,7 @@ impl Harness {
             if !builder.is_empty() {
                 spilled.push(builder.write(&scratch));
             }
-            add_merged_segment(&self.store, &scratch, &spilled, &NoReaders).unwrap();
+            add_merged_segment(&self.store, &scratch, &spilled, None, &NoReaders).unwrap();
         }
         spilled.len()
     }
@@ -742,12 +742,11 @@ fn bulk_inserts_merge_their_spills_keeping_only_the_named_documents() {
         }
         spilled.push(builder.write(&scratch));
         assert!(spilled.len() > 3, "seed {seed}: {} spills", spilled.len());
-        add_merged_segment_keeping(&h.store, &scratch, &spilled, &keep, &NoReaders).unwrap();
+        add_merged_segment(&h.store, &scratch, &spilled, Some(&keep), &NoReaders).unwrap();
         h.check(12);
         // A flag per document, or nothing is merged.
         assert!(
-            add_merged_segment_keeping(&h.store, &scratch, &spilled, &keep[1..], &NoReaders)
-                .is_err()
+            add_merged_segment(&h.store, &scratch, &spilled, Some(&keep[1..]), &NoReaders).is_err()
         );
     }
 }
