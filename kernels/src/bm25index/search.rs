@@ -412,14 +412,6 @@ impl<S: PageRead> PreparedQuery<'_, S> {
         top: &mut TopK,
     ) -> Result<(), Corrupt> {
         let scorer = &self.scorer;
-        struct Term<'a, S: PageRead> {
-            index: usize,
-            bound: f64,
-            cursor: PostingCursor<'a, S>,
-            /// The bound of the current block, computed once per block.
-            block_bound: f64,
-            block_bound_of: u32,
-        }
         let written_avg = written_avg_length(reader.desc.total_length, reader.desc.num_docs);
         let scored: Vec<(usize, &TermInfo)> = infos
             .iter()
@@ -542,6 +534,51 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                 continue;
             }
 
+            if essential + 1 == terms.len() {
+                // One essential list: each of its documents from d up to `skip_to` is a
+                // candidate under the bound just computed, so they are taken in one loop over
+                // its decoded block instead of once around this one each.
+                let (probed, rest) = terms.split_at_mut(essential);
+                let walked = &mut rest[0];
+                if let Some((run, counts)) = walked.cursor.rest_of_block() {
+                    for (j, &doc) in run.iter().enumerate() {
+                        if doc >= skip_to {
+                            break;
+                        }
+                        let length = docs.lengths[doc as usize];
+                        if length.is_nan() {
+                            continue;
+                        }
+                        let own = [counts[0][j], counts[1][j], counts[2][j]];
+                        let c = scorer.term(walked.index, &own, length);
+                        let theta = top.threshold();
+                        if below(c + prefix[essential], theta) {
+                            continue;
+                        }
+                        contributions.iter_mut().for_each(|c| *c = 0.0);
+                        contributions[walked.index] = c;
+                        let score = complete_score(
+                            scorer,
+                            probed,
+                            &prefix,
+                            c,
+                            doc,
+                            length,
+                            theta,
+                            &mut contributions,
+                        )?;
+                        // Below the k-th score a hit cannot enter (ties are for `offer` to
+                        // order by TID), so it is not built: its TID and fingerprint are two
+                        // cache misses in a segment of a million documents.
+                        if let Some(score) = score.filter(|&s| s >= top.threshold()) {
+                            top.offer(docs.hit(doc, score));
+                        }
+                    }
+                    walked.cursor.advance(skip_to)?;
+                    continue;
+                }
+            }
+
             let length = docs.lengths[d as usize];
             if !length.is_nan() {
                 // Contributions are summed in query-term order at the end, exactly as the
@@ -555,22 +592,18 @@ impl<S: PageRead> PreparedQuery<'_, S> {
                         partial += c;
                     }
                 }
-                let mut complete = true;
-                for i in (0..essential).rev() {
-                    if below(partial + prefix[i + 1], theta) {
-                        complete = false;
-                        break;
-                    }
-                    let t = &mut terms[i];
-                    t.cursor.advance(d)?;
-                    if t.cursor.doc() == d {
-                        let c = scorer.term(t.index, &t.cursor.counts(), length);
-                        contributions[t.index] = c;
-                        partial += c;
-                    }
-                }
-                if complete {
-                    top.offer(docs.hit(d, contributions.iter().sum()));
+                let score = complete_score(
+                    scorer,
+                    &mut terms[..essential],
+                    &prefix,
+                    partial,
+                    d,
+                    length,
+                    theta,
+                    &mut contributions,
+                )?;
+                if let Some(score) = score.filter(|&s| s >= top.threshold()) {
+                    top.offer(docs.hit(d, score));
                 }
             }
             for t in terms[essential..].iter_mut() {
@@ -580,6 +613,50 @@ impl<S: PageRead> PreparedQuery<'_, S> {
             }
         }
     }
+}
+
+/// One query term's list in a segment, as the MaxScore walk holds it.
+struct Term<'a, S: PageRead> {
+    /// The term's place in the query.
+    index: usize,
+    /// Bound of its contribution to any document of the list.
+    bound: f64,
+    cursor: PostingCursor<'a, S>,
+    /// The bound of the current block, computed once per block.
+    block_bound: f64,
+    block_bound_of: u32,
+}
+
+/// Completes a candidate's score, `partial` so far, with the lists below the essential ones
+/// (`probed`, in bound order; `prefix[i + 1]` the sum of their first i + 1 bounds): each, the
+/// highest bound first, is moved to `doc` and adds its contribution, until what the rest could
+/// add leaves the candidate certainly below `theta` (None). Contributions are kept by query
+/// term in `contributions` (the caller's set, the others zero) and summed in query-term order,
+/// as the sequential operator sums them, so equal scores stay equal bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn complete_score<S: PageRead>(
+    scorer: &Scorer,
+    probed: &mut [Term<'_, S>],
+    prefix: &[f64],
+    mut partial: f64,
+    doc: u32,
+    length: f32,
+    theta: f64,
+    contributions: &mut [f64],
+) -> Result<Option<f64>, Corrupt> {
+    for i in (0..probed.len()).rev() {
+        if below(partial + prefix[i + 1], theta) {
+            return Ok(None);
+        }
+        let t = &mut probed[i];
+        t.cursor.advance(doc)?;
+        if t.cursor.doc() == doc {
+            let c = scorer.term(t.index, &t.cursor.counts(), length);
+            contributions[t.index] = c;
+            partial += c;
+        }
+    }
+    Ok(Some(contributions.iter().sum()))
 }
 
 /// A segment in which one query term has postings (the others are absent or in no document).

@@ -4,7 +4,6 @@
 //! Segments are written once — by CREATE INDEX, by merging the append area, or by merging
 //! segments — and published by one metapage write; VACUUM only sets tombstones in place.
 
-
 use super::codec::{
     decode_block, encode_block, BlockHeader, DecodedBlock, BLOCK_LEN, MAX_BLOCK_SIZE,
 };
@@ -858,6 +857,26 @@ impl<'s, S: PageRead> PostingCursor<'s, S> {
     #[inline]
     pub fn doc(&self) -> u32 {
         self.doc
+    }
+
+    /// The current block's documents from the current one to the block's end, with their
+    /// per-field counts (`None` where the block is not decoded, or at the list's end): for a
+    /// loop over a block's run of documents, after which [`Self::advance`] moves the cursor.
+    #[inline]
+    pub fn rest_of_block(&self) -> Option<(&[u32], [&[u32]; 3])> {
+        if !self.decoded || self.doc == END {
+            return None;
+        }
+        let range = self.index..self.header.len;
+        let counts = &self.block.counts;
+        Some((
+            &self.block.docs[range.clone()],
+            [
+                &counts[0][range.clone()],
+                &counts[1][range.clone()],
+                &counts[2][range],
+            ],
+        ))
     }
 
     /// Per-field counts of the current document.

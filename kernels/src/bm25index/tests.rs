@@ -780,3 +780,48 @@ fn cached_document_tables_see_new_tombstones() {
         "{after:?}"
     );
 }
+
+/// Documents that tie at the k-th score are kept by TID, lowest first, whatever order the walk
+/// meets them in: queries over many identical documents, filed with their TIDs falling, so the
+/// lowest TIDs come last, at a score equal to the k-th kept.
+#[test]
+fn ties_at_the_kth_score_keep_the_lowest_tids() {
+    let mut h = Harness::new(seeds()[0], 8168);
+    let mut builder = SegmentBuilder::new(h.options.term_scoring());
+    let copy = Doc {
+        fields: [
+            "zyxwaltz quovadis".into(),
+            "zyxwaltz".into(),
+            "quovadis zyxwaltz tango".into(),
+        ],
+    };
+    let copies: Vec<i64> = (0..600).rev().map(|i| 10_000 + 3 * i).collect();
+    for (n, &id) in copies.iter().enumerate() {
+        // Other documents between the copies, some holding one of the words.
+        let mut other = random_doc(&mut h.rng);
+        if n % 5 == 0 {
+            other.fields[2].push_str(" quovadis");
+        }
+        let other_id = id + 1;
+        let analyzed = h.analyzed(&other);
+        builder.add(tid_of(other_id), &analyzed);
+        let analyzed = h.analyzed(&copy);
+        builder.add(tid_of(id), &analyzed);
+    }
+    let segment = builder.write(&h.store);
+    add_segment(&h.store, segment, &NoReaders).unwrap();
+    let mut lowest = copies.clone();
+    lowest.sort();
+    // Two words (the MaxScore walk) and one (the best blocks first).
+    for query in ["quovadis zyxwaltz", "zyxwaltz"] {
+        for k in [1usize, 7, 130] {
+            let got = search(&h.store, &mut h.analyzer, query, k).unwrap();
+            let ids: Vec<i64> = got.iter().map(|g| id_of(g.tid)).collect();
+            assert_eq!(ids, lowest[..k], "{query:?} k {k}");
+            assert!(
+                got.iter().all(|g| g.score == got[0].score),
+                "{query:?} k {k}"
+            );
+        }
+    }
+}
