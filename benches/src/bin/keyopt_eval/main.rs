@@ -115,7 +115,8 @@ struct Args {
     /// diagnostic of the headroom; not how settings are chosen).
     #[arg(long)]
     settings_sweep: bool,
-    /// Print the Hit@1 of a nearest-neighbour vote over every support label (a diagnostic).
+    /// Print the Hit@1 of a nearest-neighbour vote over every support label, by key similarity
+    /// and with the requests' words mixed in (a diagnostic).
     #[arg(long)]
     nearest_labels: bool,
     /// With --compressor: the single-tool round is fitted with each support run's r from a
@@ -741,23 +742,75 @@ fn online_support_runs(
     (events, log)
 }
 
-/// Hit@1 of a nearest-neighbour vote over the support queries' labels (not a product path: it
-/// reads every support label, as no run reports): how far the query keys alone separate the
-/// tools.
+/// Words of a request for [`lexical_vectors`]: lower-cased runs of letters and digits of two
+/// characters or more.
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() >= 2)
+        .map(|w| w.to_lowercase())
+        .collect()
+}
+
+/// Unit TF-IDF vectors of every query's words, the IDF counted over `support` alone.
+fn lexical_vectors(data: &Dataset, support: &[usize]) -> Vec<HashMap<String, f32>> {
+    let mut df: HashMap<String, f32> = HashMap::new();
+    for &s in support {
+        let seen: HashSet<String> = words(&data.queries[s].1).into_iter().collect();
+        for w in seen {
+            *df.entry(w).or_default() += 1.0;
+        }
+    }
+    let n = support.len() as f32;
+    data.queries
+        .iter()
+        .map(|(_, text)| {
+            let mut v: HashMap<String, f32> = HashMap::new();
+            for w in words(text) {
+                let idf = (1.0 + n / (1.0 + df.get(&w).copied().unwrap_or(0.0))).ln();
+                *v.entry(w).or_default() += idf;
+            }
+            let norm = v.values().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            v.values_mut().for_each(|x| *x /= norm);
+            v
+        })
+        .collect()
+}
+
+/// Hit@1 of a vote of the nearest support queries, each label weighed by exp(κ(sim − 1)), with
+/// sim = (1 − λ)·(key cosine) + λ·(TF-IDF cosine of their words) (λ 0: the keys alone). A
+/// diagnostic: how well MetaTool's tools separate when every support label is read directly,
+/// and whether a lexical reading of past requests would separate them better.
 fn nearest_label_hit1(
     data: &Dataset,
     support: &[usize],
     test: &[usize],
     query_keys: &[Vec<f32>],
+    lexical: &[HashMap<String, f32>],
     kappa: f32,
+    lambda: f32,
 ) -> f64 {
     let label = |q: usize| -> Option<&String> { data.qrels.get(&data.queries[q].0)?.keys().next() };
+    let lex = |a: &HashMap<String, f32>, b: &HashMap<String, f32>| -> f32 {
+        let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+        small
+            .iter()
+            .map(|(w, x)| x * large.get(w).copied().unwrap_or(0.0))
+            .sum()
+    };
     let hits = test
         .iter()
         .filter(|&&t| {
             let mut sims: Vec<(f32, usize)> = support
                 .iter()
-                .map(|&s| (dot(&query_keys[t], &query_keys[s]), s))
+                .map(|&s| {
+                    let key = dot(&query_keys[t], &query_keys[s]);
+                    let words = if lambda > 0.0 {
+                        lex(&lexical[t], &lexical[s])
+                    } else {
+                        0.0
+                    };
+                    ((1.0 - lambda) * key + lambda * words, s)
+                })
                 .collect();
             sims.select_nth_unstable_by(memory::NEIGHBOURS, |a, b| b.0.total_cmp(&a.0));
             let mut votes: HashMap<&String, f32> = HashMap::new();
@@ -1583,10 +1636,37 @@ fn main() {
         // The support runs were served from the raw keys; with --compressor the keys are then
         // compressed, and every round below is fitted and read on the compressed keys.
         if args.nearest_labels {
+            let lexical = lexical_vectors(&metatool, &support);
+            // The words mixed in at the best κ of the keys alone.
+            let kappa = 20.0;
+            for lambda in [0.1, 0.2, 0.3, 0.5] {
+                let hit1 = nearest_label_hit1(
+                    &metatool,
+                    &support,
+                    &test,
+                    &query_keys,
+                    &lexical,
+                    kappa,
+                    lambda,
+                );
+                let line = format!(
+                    "nearest support labels and words (λ {lambda}, κ {kappa}): Hit@1 {hit1:.3}\n"
+                );
+                eprint!("{line}");
+                out += &line;
+            }
             for kappa in [5.0, 10.0, 20.0, 40.0] {
                 let line = format!(
                     "nearest support labels (κ {kappa}): Hit@1 {:.3}\n",
-                    nearest_label_hit1(&metatool, &support, &test, &query_keys, kappa)
+                    nearest_label_hit1(
+                        &metatool,
+                        &support,
+                        &test,
+                        &query_keys,
+                        &lexical,
+                        kappa,
+                        0.0
+                    )
                 );
                 eprint!("{line}");
                 out += &line;
