@@ -96,7 +96,8 @@ fn stage_row(
     p: &Prepared,
 ) -> Result<(), postgres::Error> {
     let s = &p.skill;
-    let provenance = serde_json::Value::Array(s.provenance.clone()).to_string();
+    // The same JSON array as `Value::Array(..).to_string()`, without copying the values first.
+    let provenance = serde_json::to_string(&s.provenance).expect("JSON values serialize");
     writer.write(&[
         &(ord as i64),
         &p.content_hash,

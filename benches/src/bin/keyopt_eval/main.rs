@@ -1637,9 +1637,10 @@ fn main() {
         // compressed, and every round below is fitted and read on the compressed keys.
         if args.nearest_labels {
             let lexical = lexical_vectors(&metatool, &support);
-            // The words mixed in at the best κ of the keys alone.
-            let kappa = 20.0;
-            for lambda in [0.1, 0.2, 0.3, 0.5] {
+            // The words mixed in at the best κ of the keys alone, then the keys alone (λ 0).
+            let words_mixed = [0.1, 0.2, 0.3, 0.5].map(|lambda| (lambda, 20.0));
+            let keys_alone = [5.0, 10.0, 20.0, 40.0].map(|kappa| (0.0, kappa));
+            for (lambda, kappa) in words_mixed.into_iter().chain(keys_alone) {
                 let hit1 = nearest_label_hit1(
                     &metatool,
                     &support,
@@ -1649,25 +1650,13 @@ fn main() {
                     kappa,
                     lambda,
                 );
-                let line = format!(
-                    "nearest support labels and words (λ {lambda}, κ {kappa}): Hit@1 {hit1:.3}\n"
-                );
-                eprint!("{line}");
-                out += &line;
-            }
-            for kappa in [5.0, 10.0, 20.0, 40.0] {
-                let line = format!(
-                    "nearest support labels (κ {kappa}): Hit@1 {:.3}\n",
-                    nearest_label_hit1(
-                        &metatool,
-                        &support,
-                        &test,
-                        &query_keys,
-                        &lexical,
-                        kappa,
-                        0.0
+                let line = if lambda == 0.0 {
+                    format!("nearest support labels (κ {kappa}): Hit@1 {hit1:.3}\n")
+                } else {
+                    format!(
+                        "nearest support labels and words (λ {lambda}, κ {kappa}): Hit@1 {hit1:.3}\n"
                     )
-                );
+                };
                 eprint!("{line}");
                 out += &line;
             }
