@@ -293,7 +293,10 @@ fn prepare_skill_writes(
         };
         match &pool {
             Some(pool) => pool.spawn(job),
-            None => rayon::spawn(job),
+            None => {
+                pg_skills_kernels::threads::global_pool();
+                rayon::spawn(job)
+            }
         }
     }
     BATCHES.with(|batches| {

@@ -220,6 +220,8 @@ pub fn train(
     options: &TrainOptions,
     between_epochs: &mut dyn FnMut(usize),
 ) -> Result<(Compressor, TrainReport), String> {
+    // candle's products run on rayon's global pool.
+    crate::threads::global_pool();
     if set.pairs.is_empty() {
         return Err("no training pairs".into());
     }

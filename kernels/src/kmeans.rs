@@ -128,6 +128,7 @@ const SEED_PASSES: usize = 64;
 /// candidates k times: seconds at a thousand lists, for little gain over batches once the
 /// centres are many.
 fn plus_plus<T: Coordinate>(sample: &[T], dim: usize, k: usize, rng: &mut SplitMix64) -> Vec<f32> {
+    crate::threads::global_pool();
     let n = sample.len() / dim;
     let m = n.min(SEED_POINTS_PER_CENTRE * k).max(k);
     // A uniform subset of m points: a partial Fisher-Yates shuffle of the indices.
@@ -235,6 +236,7 @@ pub fn assign<T: Coordinate>(
     points: &[T],
     geometry: Geometry,
 ) -> Vec<u32> {
+    crate::threads::global_pool();
     let norms = half_squared_norms(centroids, dim, geometry);
     let lists = norms.len();
     if lists == 0 {
@@ -419,7 +421,10 @@ mod tests {
         let (points, _) = blobs(70, 80, 24, 5);
         let halves: Vec<f16> = points.iter().map(|&x| f16::from_f32(x)).collect();
         let widened: Vec<f32> = halves.iter().map(|x| x.to_f32()).collect();
-        assert_ne!(widened, points, "f16 rounds the blobs: the copies differ from the input");
+        assert_ne!(
+            widened, points,
+            "f16 rounds the blobs: the copies differ from the input"
+        );
         for geometry in [Geometry::Euclidean, Geometry::Spherical] {
             let from_halves = train(&halves, 24, 70, geometry, 4, 11);
             let from_widened = train(&widened, 24, 70, geometry, 4, 11);

@@ -38,6 +38,24 @@ pub fn spawn_without_signals(thread: rayon::ThreadBuilder) -> std::io::Result<()
     Ok(())
 }
 
+/// Starts rayon's global pool once, its threads started by [`spawn_without_signals`]. Code that
+/// may run parallel iterators, `rayon::scope` or gemm's rayon parallelism outside a pool of its
+/// caller calls this first: otherwise rayon starts the global pool on first use with its own
+/// spawner, and those threads (they live as long as the process) take signals meant for the
+/// backend. Never call it in a process that forks afterwards (the postmaster): a child would
+/// inherit the pool without its threads. When the global pool was started before (by the host
+/// program), that pool stays as it is.
+pub fn global_pool() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        // Err only when the global pool exists already: nothing to start then.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("pg_skills worker {i}"))
+            .spawn_handler(spawn_without_signals)
+            .build_global();
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,43 @@ mod tests {
         assert!((l2 - 1.0).abs() < 1e-6, "{l2}");
     }
 
+    /// The threads a build starts (k-means runs on rayon's global pool, which lives as long as
+    /// the backend) block the signals Postgres sends the backend: a cancel or a termination
+    /// must reach the backend's own thread.
+    #[pg_test]
+    fn threads_a_build_starts_block_the_backends_signals() {
+        key_table(600, 3);
+        exec("CREATE INDEX key_test_threads ON key_test USING skeys (key) WITH (lists = 8)");
+        let own = std::process::id();
+        let mut others = 0;
+        for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+            let task = task.expect("a task");
+            let tid: u32 = task
+                .file_name()
+                .to_string_lossy()
+                .parse()
+                .expect("a thread id");
+            if tid == own {
+                continue;
+            }
+            others += 1;
+            let status = std::fs::read_to_string(task.path().join("status")).expect("status");
+            let blocked = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .map(|m| u64::from_str_radix(m.trim(), 16).expect("a hex mask"))
+                .expect("SigBlk");
+            // SIGINT (cancel), SIGQUIT, SIGUSR1 (latches, procsignals), SIGTERM (termination).
+            for signal in [2u32, 3, 10, 15] {
+                assert!(
+                    blocked & (1 << (signal - 1)) != 0,
+                    "thread {tid} of this backend takes signal {signal} (mask {blocked:x})"
+                );
+            }
+        }
+        assert!(others > 0, "the build ran on no thread but the backend's");
+    }
+
     #[pg_test]
     fn key_index_recall_and_exactness_at_full_breadth() {
         let queries = key_table(3000, 5);

@@ -463,6 +463,9 @@ fn on_threads<R: Send>(
     rows: usize,
     pass: impl FnOnce() -> R + Send,
 ) -> R {
+    if threads.is_none() {
+        crate::threads::global_pool();
+    }
     if rows <= few_rows::MAX_ROWS && fastmath::has_avx2_fma() {
         // A pass of few rows (a query's): its ~30 short parallel loops on a team whose threads
         // stay awake between them. (Without AVX2 and FMA its products are `gemm`'s, whose own

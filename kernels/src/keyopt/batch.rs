@@ -174,6 +174,7 @@ pub fn top_k(
     order: Order,
     k: usize,
 ) -> Vec<Vec<Hit>> {
+    crate::threads::global_pool();
     for q in queries {
         assert_eq!(q.key.len(), records.dim, "a query of another dimension");
     }

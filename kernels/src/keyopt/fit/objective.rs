@@ -193,6 +193,7 @@ fn fit_dk(
     beta: &[f64],
     options: &FitOptions,
 ) -> (Vec<f32>, usize) {
+    crate::threads::global_pool();
     // Only skills that occur in some group get parameters.
     let mut active_of = vec![usize::MAX; n_skills];
     let mut active: Vec<usize> = Vec::new();
