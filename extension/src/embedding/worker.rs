@@ -141,12 +141,17 @@ fn rebuild_stale_graph() -> Pass {
 /// instead of ending the worker, which would then load its model again after a restart.
 fn record_error(message: &str) {
     warning!("{WORKER_TYPE}: {message}");
-    if let Err(e) = crate::errors::in_subtransaction(|| {
-        let _ = crate::spi::try_run(
+    // An SPI failure comes back either raised (caught by the subtransaction) or returned.
+    let mut returned = None;
+    let raised = crate::errors::in_subtransaction(|| {
+        returned = crate::spi::try_run(
             "UPDATE skills.embedder_progress SET last_error = $1, last_error_at = now()",
             &[message.into()],
-        );
-    }) {
+        )
+        .err()
+        .map(|e| e.to_string());
+    });
+    if let Some(e) = raised.err().map(|e| e.to_string()).or(returned) {
         warning!("{WORKER_TYPE}: could not record that error in skills.embedder_progress: {e}");
     }
 }
