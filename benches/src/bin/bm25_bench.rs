@@ -70,6 +70,11 @@ struct Args {
     /// Passes over the queries in `--in-process` (the first warms caches; the last is timed).
     #[arg(long, default_value_t = 3)]
     passes: usize,
+    /// In `--in-process`, also write each query's latencies of the timed pass to this file (a
+    /// line each: distinct analyzed terms, pg_skills ms, tantivy ms, the query), to see which
+    /// queries take longer than tantivy's.
+    #[arg(long)]
+    per_query: Option<std::path::PathBuf>,
     /// Keep only the queries of this many distinct analyzed terms (for profiling one length).
     #[arg(long)]
     query_terms: Option<usize>,
@@ -247,7 +252,14 @@ fn main() {
             let docs = synthetic(&base, &vocab, n);
             println!(
                 "{}",
-                in_process(&docs, &queries, &query_terms, args.passes, !args.bm25_only)
+                in_process(
+                    &docs,
+                    &queries,
+                    &query_terms,
+                    args.passes,
+                    !args.bm25_only,
+                    args.per_query.as_deref(),
+                )
             );
         }
         return;
@@ -535,6 +547,7 @@ fn in_process(
     query_terms: &[usize],
     passes: usize,
     with_tantivy: bool,
+    per_query: Option<&std::path::Path>,
 ) -> String {
     use pg_skills_kernels::bm25index::maintenance::{add_segment, initialize};
     use pg_skills_kernels::bm25index::segment::SegmentBuilder;
@@ -579,6 +592,7 @@ fn in_process(
     let mut cache = DocTableCache::default();
     let mut kernel_lat: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut tantivy_lat: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut lines = String::new();
     for pass in 0..passes.max(1) {
         let last = pass + 1 == passes.max(1);
         for (i, q) in queries.iter().enumerate() {
@@ -601,8 +615,15 @@ fn in_process(
                 let b = bucket(query_terms[i]);
                 kernel_lat.entry(b).or_default().push(k);
                 tantivy_lat.entry(b).or_default().push(tv);
+                if per_query.is_some() {
+                    let text = q.replace(['\t', '\n'], " ");
+                    lines += &format!("{}\t{k:.4}\t{tv:.4}\t{text}\n", query_terms[i]);
+                }
             }
         }
+    }
+    if let Some(path) = per_query {
+        std::fs::write(path, lines).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     }
     let mut report = format!(
         "\n### {} skills, in process: the index's search against tantivy\n\n\

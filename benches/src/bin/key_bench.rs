@@ -188,6 +188,44 @@ fn measure(
     format!("{r:.3} | {p50:.2} / {p99:.2} | {q1:.0} | {q2:.0} | {inside:.0} |")
 }
 
+/// The statement's floor: the shape of a search (the query's row read, an index scan, ten heap
+/// rows fetched and sent to the client) in primary-key order, with no vector search. Every
+/// system's QPS includes it, so a ratio between two indexes can be no larger than what their
+/// own work leaves above it.
+fn statement_floor_row(
+    args: &Args,
+    db: &mut Client,
+    dsn_db: &str,
+    rows: usize,
+    queries: usize,
+) -> String {
+    let span = rows.saturating_sub(10).max(1);
+    // Heap rows fetched, as a vector index scan fetches them.
+    let setting = "enable_indexonlyscan=off";
+    let script = format!(
+        "\\set qid random(1, {queries})\n\
+         SELECT id FROM keys WHERE id >= (SELECT (id * 97) % {span} FROM bench_queries \
+         WHERE id = :qid AND q IS NOT NULL) ORDER BY id LIMIT 10;\n"
+    );
+    let conn = format!("{dsn_db} options='-c {setting}'");
+    let q1 = pgbench(&args.pg_config, &conn, &script, 1, args.pgbench_seconds);
+    let q2 = pgbench(&args.pg_config, &conn, &script, 2, args.pgbench_seconds);
+    db.batch_execute("SET enable_indexonlyscan = off").unwrap();
+    let inside = in_statement_qps(
+        db,
+        &format!(
+            "SELECT count(*) FROM bench_queries b CROSS JOIN LATERAL \
+             (SELECT id FROM keys WHERE id >= (b.id * 97) % {span} ORDER BY id LIMIT 10) s"
+        ),
+        queries,
+    );
+    db.batch_execute("RESET enable_indexonlyscan").unwrap();
+    eprintln!("the statement alone: QPS {q1:.0} / {q2:.0}, in one statement {inside:.0}");
+    format!(
+        "| the statement alone (primary-key order, no vector search) | | | | {q1:.0} | {q2:.0} | {inside:.0} |\n"
+    )
+}
+
 /// pgvector side by side: the same keys as halfvec(512), an HNSW and an IVFFlat index built in
 /// turn, each measured at its breadths as skeys is (recall, latency at one client, pgbench QPS).
 fn pgvector_rows(
@@ -420,6 +458,7 @@ fn main() {
             );
             report += &format!("| pg_skills skeys | probes {probes} | {row}\n");
         }
+        report += &statement_floor_row(&args, &mut db, &dsn_db, n, qtexts.len());
         report += &format!(
             "| exact, in-process, same f16 kernel, 1 thread | all | {exact_recall:.3} | {:.2} | {exact_qps:.1} | | |\n",
             1e3 / exact_qps

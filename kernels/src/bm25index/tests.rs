@@ -365,31 +365,41 @@ impl Harness {
     ) {
         for q in 0..queries {
             let query = text(&mut self.rng, 1, max_words);
-            for k in [1usize, 10, 1000] {
-                let live = &self.live;
-                let want = reference.search(&query, Some(k), |id| live.contains_key(&id));
-                let got = search(&self.store, &mut self.analyzer, &query, k).unwrap();
-                let context = format!("seed {} query {q} {query:?} k {k}", self.seed);
-                assert_eq!(got.len(), want.len(), "{context}");
-                for (g, w) in got.iter().zip(&want) {
+            self.check_query(reference, &query, &[1, 10, 1000], &format!("query {q}"));
+            self.check_known_rows(&query);
+        }
+    }
+
+    /// One query's top k, for each of `ks`, index against the reference.
+    fn check_query(
+        &mut self,
+        reference: &mut ReferenceScorer,
+        query: &str,
+        ks: &[usize],
+        label: &str,
+    ) {
+        for &k in ks {
+            let live = &self.live;
+            let want = reference.search(query, Some(k), |id| live.contains_key(&id));
+            let got = search(&self.store, &mut self.analyzer, query, k).unwrap();
+            let context = format!("seed {} {label} {query:?} k {k}", self.seed);
+            assert_eq!(got.len(), want.len(), "{context}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g.score - w.score).abs() <= 1e-9 * w.score.abs().max(1.0),
+                    "{context}: {g:?} vs {w:?}"
+                );
+                if id_of(g.tid) != w.id {
+                    // Only a tie within rounding may swap two documents.
+                    let other = want.iter().find(|h| h.id == id_of(g.tid));
                     assert!(
-                        (g.score - w.score).abs() <= 1e-9 * w.score.abs().max(1.0),
-                        "{context}: {g:?} vs {w:?}"
+                        other.is_some_and(|o| (o.score - w.score).abs() <= 1e-9 * w.score.abs()),
+                        "{context}: got id {} where {} belongs",
+                        id_of(g.tid),
+                        w.id
                     );
-                    if id_of(g.tid) != w.id {
-                        // Only a tie within rounding may swap two documents.
-                        let other = want.iter().find(|h| h.id == id_of(g.tid));
-                        assert!(
-                            other
-                                .is_some_and(|o| (o.score - w.score).abs() <= 1e-9 * w.score.abs()),
-                            "{context}: got id {} where {} belongs",
-                            id_of(g.tid),
-                            w.id
-                        );
-                    }
                 }
             }
-            self.check_known_rows(&query);
         }
     }
 
@@ -822,6 +832,44 @@ fn ties_at_the_kth_score_keep_the_lowest_tids() {
                 got.iter().all(|g| g.score == got[0].score),
                 "{query:?} k {k}"
             );
+        }
+    }
+}
+
+/// A rare word beside a common one, as many two-word requests are: the common word's list turns
+/// non-essential once the k-th score passes its bound and is then only probed, with deleted
+/// documents among the rare word's best ones and k around the rare word's document count.
+#[test]
+fn a_rare_and_a_common_word_match_reference() {
+    for seed in seeds().into_iter().take(3) {
+        let mut h = Harness::new(seed, 8168);
+        let mut builder = SegmentBuilder::new(h.options.term_scoring());
+        for id in 0..6000i64 {
+            let mut doc = random_doc(&mut h.rng);
+            let common = 1 + h.rng.below(6) as usize;
+            doc.fields[2].push_str(&" omnipresent".repeat(common));
+            if id % 20 == 0 {
+                let rare = 1 + h.rng.below(4) as usize;
+                doc.fields[1].push_str(&" scarcity".repeat(rare));
+            }
+            let analyzed = h.analyzed(&doc);
+            builder.add(tid_of(id), &analyzed);
+            h.live.insert(id, doc);
+        }
+        h.next_id = 6000;
+        let segment = builder.write(&h.store);
+        add_segment(&h.store, segment, &NoReaders).unwrap();
+        let mut reference = h.reference();
+        for query in [
+            "scarcity omnipresent",
+            "omnipresent scarcity rust",
+            "scarcity the omnipresent",
+        ] {
+            h.check_query(&mut reference, query, &[1, 2, 10, 100, 299, 301], "built");
+        }
+        let mut reference = h.delete_some_counting(15);
+        for query in ["scarcity omnipresent", "omnipresent scarcity rust"] {
+            h.check_query(&mut reference, query, &[1, 10, 100, 260], "after deletes");
         }
     }
 }
