@@ -243,6 +243,15 @@ pub struct Tid {
 impl Tid {
     pub const SIZE: usize = 6;
 
+    /// The TID in the first [`Tid::SIZE`] bytes of `b` (as [`Tid::write`] wrote them), for
+    /// callers that checked the entry's bounds once for all its fields.
+    pub fn from_bytes(b: &[u8; Tid::SIZE]) -> Tid {
+        Tid {
+            block: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            offset: u16::from_le_bytes([b[4], b[5]]),
+        }
+    }
+
     pub fn read(r: &mut ByteReader) -> Result<Tid, Corrupt> {
         Ok(Tid {
             block: r.u32()?,

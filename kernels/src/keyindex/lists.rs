@@ -168,13 +168,17 @@ pub fn for_each_code(
 ) -> Result<(), Corrupt> {
     let layout = meta.codes();
     let h = chain_header(page, layout)?;
-    for i in 0..h.count as usize {
-        let at = HEADER_SIZE + i * layout.size;
-        let mut r = ByteReader::new(page, at);
-        let tid = Tid::read(&mut r)?;
-        let slot = r.u16()?;
-        let block = r.u32()?;
-        f(tid, Place { block, slot }, &page[at + 12..at + layout.size]);
+    if layout.size < CODE_ENTRY_FIXED {
+        return corrupt(format_args!("code entries of {} bytes", layout.size));
+    }
+    // `chain_header` checked that the entries fill the page's used bytes exactly, so each
+    // entry's fields are read at fixed offsets, not checked one by one (a scan parses hundreds).
+    for entry in page[HEADER_SIZE..h.used as usize].chunks_exact(layout.size) {
+        let (fixed, code) = entry.split_at(CODE_ENTRY_FIXED);
+        let tid = Tid::from_bytes(fixed[..Tid::SIZE].try_into().expect("6 bytes"));
+        let slot = u16::from_le_bytes([fixed[6], fixed[7]]);
+        let block = u32::from_le_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]);
+        f(tid, Place { block, slot }, code);
     }
     Ok(())
 }
@@ -211,9 +215,12 @@ pub fn key_entry(tid: Tid, key: &[f16]) -> Vec<u8> {
     entry
 }
 
+/// Bytes of a code entry before its code: the key's TID, the slot and page its key went to.
+const CODE_ENTRY_FIXED: usize = 12;
+
 /// The bytes of a code entry: the key's TID, the slot and page its key went to, its code.
 pub fn code_entry(tid: Tid, key: Place, code: &[u8]) -> Vec<u8> {
-    let mut entry = vec![0u8; 12 + code.len()];
+    let mut entry = vec![0u8; CODE_ENTRY_FIXED + code.len()];
     let mut w = ByteWriter::new(&mut entry, 0);
     tid.write(&mut w);
     w.u16(key.slot);
