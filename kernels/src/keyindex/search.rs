@@ -195,6 +195,12 @@ pub fn candidate_order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
 pub struct Batch {
     /// Candidates not in the heap yet (a LIMIT 10 needs a few dozen of a thousand).
     rest: Vec<Item>,
+    /// Pending entries whose lower bound was past the EXPECTED_ROWS-th smallest upper bound
+    /// when they came: none of them is among the first EXPECTED_ROWS rows, so they stay out of
+    /// `rest`'s selections until the nearest candidate left is no nearer than `far_min`, the
+    /// smallest of their bounds (most entries of a LIMIT 10's lists end here, never selected).
+    far: Vec<Item>,
+    far_min: f64,
     /// Every item of `rest` orders at or after this one (None: not known).
     edge: Option<Item>,
     /// `rest` is sorted farthest first (after SELECTIONS refills: a scan that goes that far
@@ -325,7 +331,7 @@ fn keep_smallest(heap: &mut BinaryHeap<Distance>, value: f64) {
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.rest.is_empty() && self.heap.is_empty()
+        self.rest.is_empty() && self.heap.is_empty() && self.far.is_empty()
     }
 
     fn add(&mut self, item: Item) {
@@ -395,11 +401,31 @@ impl Batch {
         self.pending += 1;
         keep_smallest(&mut self.estimates, (lower + upper) / 2.0);
         keep_smallest(&mut self.uppers, upper);
-        self.add(Item::pending(lower, tid, key));
+        let item = Item::pending(lower, tid, key);
+        // EXPECTED_ROWS entries are certainly within the largest of `uppers`, which only falls
+        // as entries come.
+        if self.uppers.len() >= EXPECTED_ROWS && self.uppers.peek().is_some_and(|u| lower > u.0) {
+            if self.far.is_empty() || lower < self.far_min {
+                self.far_min = lower;
+            }
+            self.far.push(item);
+        } else {
+            self.add(item);
+        }
+    }
+
+    /// Moves the far entries into `rest` (see [`Batch::far`]).
+    fn bring_far(&mut self) {
+        if !self.far.is_empty() {
+            self.rest.append(&mut self.far);
+            self.edge = None;
+            self.sorted = false;
+        }
     }
 
     /// Every candidate of the batch, taken out of it (a walk puts back the exact ones).
     fn take_candidates(&mut self) -> impl Iterator<Item = Item> + '_ {
+        self.bring_far();
         std::mem::take(&mut self.heap)
             .into_vec()
             .into_iter()
@@ -542,6 +568,13 @@ impl Batch {
                 if !top_is_nearest {
                     self.refill();
                 }
+            }
+            // The heap's top is now the nearest candidate outside `far`; the far entries come
+            // in before anything at or past their smallest bound is returned or resolved.
+            if !self.far.is_empty() && self.heap.peek().is_none_or(|top| top.value >= self.far_min)
+            {
+                self.bring_far();
+                continue;
             }
             if self.should_walk() {
                 self.walk(store, meta, query)?;
