@@ -38,7 +38,8 @@ impl<'a> ByteReader<'a> {
         self.buf.len().saturating_sub(self.pos)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+    /// The next N bytes, checked once (a record of fixed fields is then read from the array).
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
         Ok(self.bytes(N)?.try_into().expect("length checked"))
     }
 

@@ -75,20 +75,25 @@ impl BlockHeader {
     /// Reads and checks a header: the payload size must be what its coding gives for its
     /// length (so decoding never reads past the block), and its bounds must be real numbers.
     pub fn read(r: &mut ByteReader) -> Result<BlockHeader, Corrupt> {
-        let len = r.u8()? as usize;
-        let doc_bits = r.u8()?;
-        let count_bits = [r.u8()?, r.u8()?, r.u8()?];
-        let _pad = r.u8()?;
-        let payload_len = r.u16()? as usize;
+        // The header's fixed fields from one checked read (a walk reads a header per block it
+        // passes): len, doc bits, 3 count bits, a pad byte, payload length, last document,
+        // max tf, min length, best score.
+        let b: [u8; BLOCK_HEADER_SIZE] = r.array()?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let f32_at = |i: usize| f32::from_bits(u32_at(i));
+        let len = b[0] as usize;
+        let doc_bits = b[1];
+        let count_bits = [b[2], b[3], b[4]];
+        let payload_len = u16::from_le_bytes([b[6], b[7]]) as usize;
         let h = BlockHeader {
             len: if len == 0 { BLOCK_LEN } else { len },
             doc_bits,
             count_bits,
             payload_len,
-            last_doc: r.u32()?,
-            max_tf: check_non_negative(r.f32()?, "a posting block's max tf")?,
-            min_length: check_non_negative(r.f32()?, "a posting block's min length")?,
-            max_saturated: check_non_negative(r.f32()?, "a posting block's best score")?,
+            last_doc: u32_at(8),
+            max_tf: check_non_negative(f32_at(12), "a posting block's max tf")?,
+            min_length: check_non_negative(f32_at(16), "a posting block's min length")?,
+            max_saturated: check_non_negative(f32_at(20), "a posting block's best score")?,
         };
         // Only full blocks are bit-packed; a varint block spends 1 to 5 bytes on each of the
         // four values of a posting.
