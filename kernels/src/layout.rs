@@ -73,6 +73,17 @@ pub fn check_non_negative(v: f32, what: &str) -> Result<f32, Corrupt> {
     }
 }
 
+/// The little-endian u16 at `at` of a record whose length the caller checked (as a
+/// [`ByteReader`] reads it, without a check per field).
+pub fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+/// The little-endian u32 at `at` of a record whose length the caller checked.
+pub fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
 /// Little-endian writer over a page. Callers check space first; overflow is a bug.
 pub struct ByteWriter<'a> {
     buf: &'a mut [u8],
@@ -248,8 +259,8 @@ impl Tid {
     /// callers that checked the entry's bounds once for all its fields.
     pub fn from_bytes(b: &[u8; Tid::SIZE]) -> Tid {
         Tid {
-            block: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            offset: u16::from_le_bytes([b[4], b[5]]),
+            block: le_u32(b, 0),
+            offset: le_u16(b, 4),
         }
     }
 

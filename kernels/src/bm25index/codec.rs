@@ -13,6 +13,7 @@ use bitpacking::{BitPacker, BitPacker4x};
 use super::document::{f32_at_least, weighted_tf, FieldCounts};
 use super::format::{check_non_negative, corrupt, ByteReader, ByteWriter, Corrupt, TermScoring};
 use crate::bm25::term_score;
+use crate::layout::{le_u16, le_u32};
 
 pub const BLOCK_LEN: usize = BitPacker4x::BLOCK_LEN;
 pub const BLOCK_HEADER_SIZE: usize = 24;
@@ -79,18 +80,17 @@ impl BlockHeader {
         // passes): len, doc bits, 3 count bits, a pad byte, payload length, last document,
         // max tf, min length, best score.
         let b: [u8; BLOCK_HEADER_SIZE] = r.array()?;
-        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let f32_at = |i: usize| f32::from_bits(u32_at(i));
+        let f32_at = |i: usize| f32::from_bits(le_u32(&b, i));
         let len = b[0] as usize;
         let doc_bits = b[1];
         let count_bits = [b[2], b[3], b[4]];
-        let payload_len = u16::from_le_bytes([b[6], b[7]]) as usize;
+        let payload_len = le_u16(&b, 6) as usize;
         let h = BlockHeader {
             len: if len == 0 { BLOCK_LEN } else { len },
             doc_bits,
             count_bits,
             payload_len,
-            last_doc: u32_at(8),
+            last_doc: le_u32(&b, 8),
             max_tf: check_non_negative(f32_at(12), "a posting block's max tf")?,
             min_length: check_non_negative(f32_at(16), "a posting block's min length")?,
             max_saturated: check_non_negative(f32_at(20), "a posting block's best score")?,

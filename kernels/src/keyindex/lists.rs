@@ -11,7 +11,8 @@ use super::format::{
     list_refs_per_page, ChainRef, Layout, ListRef, Meta, LIST_REF_SIZE, META_BLOCK,
 };
 use crate::layout::{
-    corrupt, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind, Tid, HEADER_SIZE,
+    corrupt, le_u16, le_u32, ByteReader, ByteWriter, Corrupt, InBlock, PageHeader, PageKind, Tid,
+    HEADER_SIZE,
 };
 use crate::page::{check_block, BlockNumber, Chain, PageRead, PageWrite, NO_BLOCK};
 
@@ -176,8 +177,8 @@ pub fn for_each_code(
     for entry in page[HEADER_SIZE..h.used as usize].chunks_exact(layout.size) {
         let (fixed, code) = entry.split_at(CODE_ENTRY_FIXED);
         let tid = Tid::from_bytes(fixed[..Tid::SIZE].try_into().expect("6 bytes"));
-        let slot = u16::from_le_bytes([fixed[6], fixed[7]]);
-        let block = u32::from_le_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]);
+        let slot = le_u16(fixed, 6);
+        let block = le_u32(fixed, 8);
         f(tid, Place { block, slot }, code);
     }
     Ok(())
